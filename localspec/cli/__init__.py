@@ -1,0 +1,5 @@
+"""The ``localspec`` command line."""
+
+from .main import cli, main
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,35 @@
+"""``localspec check``: can these two models speculate together? Reads metadata only."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..compat import check_files
+from ..errors import GGUFError
+from .main import cli
+
+
+@cli.command()
+@click.argument("target")
+@click.argument("draft")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def check(target: str, draft: str, as_json: bool) -> int:
+    """Check that DRAFT's tokenizer is compatible with TARGET's (exit 0 yes, 1 no, 2 unreadable).
+
+    \b
+    Example:
+      localspec check qwen2.5-32b-q4_k_m.gguf qwen2.5-1.5b-q8_0.gguf
+    """
+    try:
+        report = check_files(target, draft)
+    except GGUFError as exc:
+        if as_json:
+            click.echo(json.dumps({"compatible": None, "error": str(exc)}))
+        raise
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(report.render())
+    return 0 if report.compatible else 1

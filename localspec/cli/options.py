@@ -1,0 +1,132 @@
+"""Options shared by ``run`` and ``compare``, and their translation into engine settings."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..engine import DraftSettings, EngineConfig, SamplingConfig
+from ..engine.backend import CACHE_TYPES
+from ..errors import BadInput
+
+
+def resolve_model(arg: str, what: str) -> str:
+    """Turn a command-line model argument into a GGUF path."""
+    p = Path(arg).expanduser()
+    if not p.exists():
+        raise BadInput(f"{what} model {arg}: no such file")
+    if p.is_dir():
+        raise BadInput(f"{what} model {arg}: is a directory, not a .gguf file")
+    return str(p)
+
+
+def _opts(*decorators):
+    def apply(f):
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+    return apply
+
+
+def generation_options(default_temp: float):
+    """The model, prompt, sampling, drafting and hardware options."""
+    return _opts(
+        click.option("-m", "--model", "target", required=True, metavar="TARGET",
+                     help="Target model (.gguf)."),
+        click.option("-d", "--draft", metavar="DRAFT", help="Draft model (.gguf) with the target's tokenizer."),
+        click.option("--ngram", is_flag=True, help="Draft by prompt lookup (n-grams) instead of a model."),
+        click.option("--no-draft", is_flag=True, help="Target alone, no speculation."),
+        click.option("-p", "--prompt", metavar="TEXT", help="Prompt text ('-' reads standard input)."),
+        click.option("-f", "--file", "prompt_file", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Read the prompt from a file."),
+        click.option("--chat", is_flag=True, help="Wrap the prompt in the model's chat template."),
+        click.option("--system", metavar="TEXT", help="System message (with --chat)."),
+        click.option("-n", "--max-tokens", type=click.IntRange(min=1), default=256, show_default=True,
+                     help="Most tokens to generate."),
+        click.option("--stop", multiple=True, metavar="TEXT", help="Stop string (repeatable)."),
+        click.option("--temp", type=click.FloatRange(min=0.0), default=default_temp, show_default=True,
+                     help="Temperature; 0 is greedy."),
+        click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True,
+                     help="Top-k (0 turns it off)."),
+        click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.95,
+                     show_default=True, help="Top-p (nucleus)."),
+        click.option("--min-p", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=0.05,
+                     show_default=True, help="Min-p."),
+        click.option("--seed", type=click.IntRange(min=0), default=None, help="Random seed (sampling)."),
+        click.option("--draft-temp", type=click.FloatRange(min=0.0), default=None,
+                     help="Draft temperature (default: same as --temp); stays lossless."),
+        click.option("--draft-max", type=click.IntRange(min=1), default=8, show_default=True,
+                     help="Most tokens drafted per step."),
+        click.option("--draft-min", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Fewest tokens drafted per step while drafting."),
+        click.option("--p-min", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=0.5,
+                     show_default=True, help="Stop drafting when the draft's top probability falls below this."),
+        click.option("--fixed-k", is_flag=True, help="Always draft --draft-max tokens (adaptive drafting off)."),
+        click.option("--ctx", "n_ctx", type=click.IntRange(min=16), default=4096, show_default=True,
+                     help="Context size in tokens."),
+        click.option("--threads", type=click.IntRange(min=1), default=None,
+                     help="CPU threads (default: physical cores)."),
+        click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
+                     help="Target layers on the GPU (-1 all; default all when llama.cpp has GPU support)."),
+        click.option("--gpu-layers-draft", type=click.IntRange(min=-1), default=None,
+                     help="Draft layers on the GPU (default: as --gpu-layers)."),
+        click.option("--cache-type", type=click.Choice(sorted(CACHE_TYPES)), default="f16",
+                     show_default=True, help="KV cache type."),
+        click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming."),
+    )
+
+
+def read_prompt(opts: dict) -> str:
+    prompt, path = opts.get("prompt"), opts.get("prompt_file")
+    if prompt is not None and path:
+        raise BadInput("give the prompt with -p or -f, not both")
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise BadInput(f"prompt file {path}: no such file")
+        return p.read_text(encoding="utf-8", errors="replace")
+    if prompt == "-":
+        return sys.stdin.read()
+    if prompt is None:
+        raise BadInput("no prompt: give -p TEXT, -p - (standard input) or -f FILE")
+    return prompt
+
+
+def engine_config(opts: dict) -> EngineConfig:
+    chosen = [name for name, on in (("-d", bool(opts.get("draft"))), ("--ngram", opts.get("ngram")),
+                                     ("--no-draft", opts.get("no_draft"))) if on]
+    if len(chosen) > 1:
+        raise BadInput(f"choose one of -d, --ngram, --no-draft (got {' and '.join(chosen)})")
+    if not chosen:
+        raise BadInput("no drafter: give a draft model with -d DRAFT, or --ngram, or --no-draft")
+    drafter = {"-d": "model", "--ngram": "ngram", "--no-draft": "none"}[chosen[0]]
+    target = resolve_model(opts["target"], "target")
+    draft = resolve_model(opts["draft"], "draft") if drafter == "model" else None
+    if opts["draft_min"] > opts["draft_max"]:
+        raise BadInput(f"--draft-min ({opts['draft_min']}) is larger than --draft-max ({opts['draft_max']})")
+    return EngineConfig(
+        target=target, draft=draft, drafter=drafter, n_ctx=opts["n_ctx"], threads=opts["threads"],
+        gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
+        cache_type=opts["cache_type"],
+        drafting=DraftSettings(draft_max=opts["draft_max"], draft_min=opts["draft_min"],
+                               p_min=opts["p_min"], fixed_k=opts["fixed_k"]),
+    )
+
+
+def sampling_config(opts: dict) -> SamplingConfig:
+    return SamplingConfig(temperature=opts["temp"], top_k=opts["top_k"], top_p=opts["top_p"],
+                          min_p=opts["min_p"], seed=opts["seed"], draft_temperature=opts["draft_temp"])
+
+
+def prompt_tokens(engine, opts: dict, text: str) -> list[int]:
+    if opts.get("chat"):
+        messages = []
+        if opts.get("system"):
+            messages.append({"role": "system", "content": opts["system"]})
+        messages.append({"role": "user", "content": text})
+        return engine.chat_prompt(messages)
+    if opts.get("system"):
+        raise BadInput("--system needs --chat")
+    return engine.tokenize(text)

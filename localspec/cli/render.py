@@ -1,0 +1,27 @@
+"""Plain-text lines for generation statistics (stderr of ``run``, the body of ``compare``)."""
+
+from __future__ import annotations
+
+from ..engine.events import Summary
+
+
+def speed_line(s: Summary) -> str:
+    return (f"{s.n_generated} tokens in {s.generation_seconds:.2f} s: {s.tokens_per_second:.1f} tok/s "
+            f"(prompt {s.n_prompt} tokens in {s.prompt_seconds:.2f} s"
+            f"{f', {s.n_cached} cached' if s.n_cached else ''}; first token after "
+            f"{s.time_to_first_token:.2f} s)")
+
+
+def draft_line(s: Summary) -> str:
+    if s.drafter == "none" or (s.drafted == 0 and s.tokens_drafting_on == 0):
+        return f"target only; stop: {s.stop_reason}"
+    by_pos = " ".join(f"{p:.0%}" for p in s.acceptance_by_position[:8])
+    line = (f"drafter {s.drafter}: acceptance {s.acceptance_rate:.1%} ({s.accepted}/{s.drafted}), "
+            f"{s.tokens_per_step:.2f} tokens per step, by position [{by_pos}]")
+    if s.tokens_drafting_off:
+        line += f"; drafting off for {s.tokens_drafting_off} of {s.n_generated} tokens"
+    return line + f"; stop: {s.stop_reason}"
+
+
+def policy_line(s: Summary) -> str:
+    return f"policy: {s.policy}"

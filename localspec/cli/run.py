@@ -1,0 +1,65 @@
+"""``localspec run``: generate once, streaming text to stdout and the statistics to stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from ..engine import Done, Engine, PolicyNote, TextChunk, Token
+from . import render
+from .main import cli
+from .options import engine_config, generation_options, prompt_tokens, read_prompt, sampling_config
+
+
+@cli.command()
+@generation_options(default_temp=0.8)
+def run(**opts) -> None:
+    """Generate from a prompt with a target and a drafter.
+
+    \b
+    Example:
+      localspec run -m qwen2.5-7b-q4_k_m.gguf -d qwen2.5-0.5b-q8_0.gguf -p "Explain TCP" --chat
+    """
+    text = read_prompt(opts)
+    config = engine_config(opts)
+    sampling = sampling_config(opts)
+    with Engine(config) as engine:
+        tokens = prompt_tokens(engine, opts, text)
+        policy = engine.new_policy()
+        done = None
+        out = sys.stdout
+        for ev in engine.generate(tokens, sampling=sampling, max_tokens=opts["max_tokens"],
+                                  stop=opts["stop"], policy=policy):
+            if isinstance(ev, (Token, TextChunk)):
+                if not opts["as_json"] and ev.text:
+                    out.write(ev.text)
+                    out.flush()
+            elif isinstance(ev, PolicyNote):
+                if not opts["as_json"]:
+                    click.echo(f"\n[localspec] {ev.reason}", err=True)
+            elif isinstance(ev, Done):
+                done = ev
+        s = done.summary
+        if opts["as_json"]:
+            click.echo(json.dumps({
+                "text": done.text,
+                "token_ids": list(done.token_ids),
+                "stop_reason": done.stop_reason.value,
+                "message": done.message,
+                "stats": s.to_dict(),
+                "policy": policy.estimates(),
+                "sampling": sampling.to_dict() | {"seed": s.seed},
+                "engine": engine.describe(),
+            }, indent=2))
+            return
+        out.write("\n")
+        out.flush()
+        if done.message:
+            click.echo(f"localspec: {done.message}", err=True)
+        info = engine.describe()
+        click.echo(f"--- {render.speed_line(s)}", err=True)
+        click.echo(f"--- {render.draft_line(s)}; backend {info['target']['backend']}", err=True)
+        if policy.adaptive:
+            click.echo(f"--- {render.policy_line(s)}", err=True)

@@ -1,0 +1,368 @@
+"""Thin wrappers over llama.cpp's C API (through ``llama_cpp.llama_cpp``).
+
+Three small classes: :class:`Model` (weights and vocabulary), :class:`Context` (a KV cache
+and one sequence, decoded in batches) and the process-wide backend set-up with a log sink
+that keeps llama.cpp quiet and remembers its last lines for error messages.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import llama_cpp.llama_cpp as ll
+
+from ..errors import BadInput, LocalspecError
+
+# ---------------------------------------------------------------------------------------
+# Process-wide set-up and logging
+
+_init_lock = threading.Lock()
+_initialised = False
+_log_tail: collections.deque[str] = collections.deque(maxlen=40)
+_verbose = bool(os.environ.get("LOCALSPEC_LLAMA_LOG"))
+
+
+@ll.llama_log_callback
+def _log_sink(level: int, text: bytes, user_data) -> None:  # pragma: no cover - C callback
+    try:
+        line = text.decode("utf-8", errors="replace")
+    except Exception:
+        return
+    if line.strip():
+        _log_tail.append(line.rstrip())
+    if _verbose:
+        os.write(2, text)
+
+
+def init_backend() -> None:
+    """Initialise llama.cpp once per process and route its log into a ring buffer."""
+    global _initialised
+    with _init_lock:
+        if _initialised:
+            return
+        ll.llama_log_set(_log_sink, ctypes.c_void_p(0))
+        ll.llama_backend_init()
+        _initialised = True
+
+
+def last_log_error() -> str:
+    """The most telling recent llama.cpp log line (used to explain a failed load)."""
+    for line in reversed(_log_tail):
+        low = line.lower()
+        if "error" in low or "failed" in low or "invalid" in low:
+            return line.split(":", 1)[-1].strip() if ":" in line else line.strip()
+    return ""
+
+
+def system_info() -> str:
+    init_backend()
+    return ll.llama_print_system_info().decode("utf-8", errors="replace")
+
+
+def gpu_offload_supported() -> bool:
+    init_backend()
+    return bool(ll.llama_supports_gpu_offload())
+
+
+def backend_name(gpu_layers: int) -> str:
+    """Which backend runs a model loaded with ``gpu_layers`` (CUDA, Metal, Vulkan... or CPU)."""
+    if gpu_layers == 0 or not gpu_offload_supported():
+        return "CPU"
+    info = system_info()
+    for name in ("CUDA", "ROCm", "HIP", "Metal", "Vulkan", "SYCL", "OpenCL", "MUSA", "CANN"):
+        if name.upper() in info.upper():
+            return name
+    return "GPU"
+
+
+def extra_buffers_default() -> bool:
+    """Whether to let llama.cpp repack weights into CPU extra buffers (AMX, REPACK).
+
+    llama.cpp's AMX buffer crashes in ``ggml_backend_amx_mul_mat`` on some Sapphire Rapids
+    machines (ggml-org/llama.cpp#20824, unfixed), so on CPUs with AMX it stays off unless
+    LOCALSPEC_CPU_EXTRA_BUFFERS=1 asks for it.
+    """
+    env = os.environ.get("LOCALSPEC_CPU_EXTRA_BUFFERS")
+    if env is not None:
+        return env.strip().lower() in ("1", "true", "yes", "on")
+    return "AMX_INT8 = 1" not in system_info()
+
+
+def default_threads() -> int:
+    """llama.cpp's own choice: the physical cores (at least one)."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:  # pragma: no cover
+        n = None
+    return max(1, n or os.cpu_count() or 1)
+
+
+# ggml tensor types that make sense for the KV cache.
+CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+
+
+# ---------------------------------------------------------------------------------------
+# Model
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: str
+    description: str
+    n_params: int
+    size_bytes: int
+    n_layer: int
+    n_ctx_train: int
+    n_vocab: int
+    gpu_layers: int
+    backend: str
+    recurrent: bool
+    hybrid: bool
+
+
+class Model:
+    """A loaded GGUF model: weights, vocabulary and token helpers."""
+
+    def __init__(self, path: str | os.PathLike, *, gpu_layers: int | None = None):
+        init_backend()
+        p = Path(path)
+        if not p.is_file():
+            raise BadInput(f"{p}: no such model file")
+        if gpu_layers is None:
+            gpu_layers = -1 if gpu_offload_supported() else 0
+        params = ll.llama_model_default_params()
+        params.n_gpu_layers = gpu_layers
+        params.use_extra_bufts = extra_buffers_default()
+        _log_tail.clear()
+        ptr = ll.llama_model_load_from_file(str(p).encode(), params)
+        if not ptr:
+            why = last_log_error() or "llama.cpp could not load it"
+            raise BadInput(f"{p}: cannot load model ({why})")
+        self.path = str(p)
+        self.ptr = ptr
+        self.vocab = ll.llama_model_get_vocab(ptr)
+        self.n_vocab = int(ll.llama_vocab_n_tokens(self.vocab))
+        self.bos = int(ll.llama_vocab_bos(self.vocab))
+        self.eos = int(ll.llama_vocab_eos(self.vocab))
+        self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
+        n_layer = int(ll.llama_model_n_layer(ptr))
+        self.gpu_layers = n_layer if gpu_layers < 0 else min(gpu_layers, n_layer)
+        if not gpu_offload_supported():
+            self.gpu_layers = 0
+        self._pieces: dict[int, bytes] = {}
+        self._eog = np.zeros(self.n_vocab, dtype=bool)
+        for t in range(self.n_vocab):
+            if ll.llama_vocab_is_eog(self.vocab, t):
+                self._eog[t] = True
+        buf = ctypes.create_string_buffer(256)
+        n = ll.llama_model_desc(ptr, buf, 256)
+        self.info = ModelInfo(
+            path=self.path,
+            description=buf.value.decode("utf-8", errors="replace") if n > 0 else p.name,
+            n_params=int(ll.llama_model_n_params(ptr)),
+            size_bytes=int(ll.llama_model_size(ptr)),
+            n_layer=n_layer,
+            n_ctx_train=int(ll.llama_model_n_ctx_train(ptr)),
+            n_vocab=self.n_vocab,
+            gpu_layers=self.gpu_layers,
+            backend=backend_name(self.gpu_layers),
+            recurrent=bool(ll.llama_model_is_recurrent(ptr)),
+            hybrid=bool(ll.llama_model_is_hybrid(ptr)),
+        )
+
+    # -- tokens -----------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        arr = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self.vocab, data, len(data), arr, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            arr = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self.vocab, data, len(data), arr, cap, add_special, parse_special)
+        if n < 0:
+            raise LocalspecError("tokenization failed")
+        return list(arr[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token renders to (control tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+        out = buf.raw[:max(n, 0)]
+        self._pieces[token] = out
+        return out
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's own text for a token (special tokens included)."""
+        raw = ll.llama_vocab_get_text(self.vocab, token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token])
+
+    @property
+    def eog_mask(self) -> np.ndarray:
+        return self._eog
+
+    def chat_template(self) -> str | None:
+        raw = ll.llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1024)
+        n = ll.llama_model_meta_val_str(self.ptr, key.encode(), buf, 1024)
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            ll.llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------------------
+# Context
+
+
+class Context:
+    """One sequence's KV cache on a model, fed through a reusable batch.
+
+    ``decode`` returns the logits of the requested positions as a numpy view that stays
+    valid until the next decode; ``tokens`` mirrors exactly what the cache holds.
+    """
+
+    def __init__(self, model: Model, *, n_ctx: int, threads: int | None = None,
+                 threads_batch: int | None = None, n_batch: int = 512, cache_type: str = "f16"):
+        if n_ctx <= 0:
+            raise BadInput("context size must be positive")
+        if cache_type not in CACHE_TYPES:
+            raise BadInput(f"unknown KV cache type {cache_type!r} (one of {', '.join(CACHE_TYPES)})")
+        self.model = model
+        threads = threads or default_threads()
+        params = ll.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = min(n_batch, n_ctx)
+        params.n_ubatch = min(n_batch, n_ctx)
+        params.n_seq_max = 1
+        params.n_threads = threads
+        params.n_threads_batch = threads_batch or threads
+        params.type_k = CACHE_TYPES[cache_type]
+        params.type_v = CACHE_TYPES[cache_type]
+        params.no_perf = True
+        _log_tail.clear()
+        ptr = ll.llama_init_from_model(model.ptr, params)
+        if not ptr:
+            why = last_log_error() or "out of memory?"
+            raise LocalspecError(f"cannot create a {n_ctx}-token context for {Path(model.path).name} ({why})")
+        self.ptr = ptr
+        self.n_ctx = int(ll.llama_n_ctx(ptr))
+        self.n_batch = int(params.n_batch)
+        self.threads = threads
+        self.mem = ll.llama_get_memory(ptr)
+        self.tokens: list[int] = []
+        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        self._n_vocab = model.n_vocab
+        self.decode_seconds = 0.0  # time spent inside llama_decode, for overhead accounting
+        b = self._batch
+        for i in range(self.n_batch):
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = 0
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    def truncate(self, n: int) -> None:
+        """Drop everything from position ``n`` on."""
+        if n >= len(self.tokens):
+            return
+        if not ll.llama_memory_seq_rm(self.mem, 0, n, -1):
+            # Recurrent state cannot drop a tail: start over (the caller re-decodes).
+            ll.llama_memory_clear(self.mem, True)
+            del self.tokens[:]
+            return
+        del self.tokens[n:]
+
+    def clear(self) -> None:
+        ll.llama_memory_clear(self.mem, True)
+        self.tokens = []
+
+    def decode(self, tokens: list[int], *, logits: str = "last") -> np.ndarray | None:
+        """Append ``tokens`` to the sequence and decode them.
+
+        ``logits``: "last" returns shape (n_vocab,) for the final token, "all" returns
+        (len(tokens), n_vocab), "none" returns None.
+        """
+        n = len(tokens)
+        if n == 0:
+            raise ValueError("decode needs at least one token")
+        if self.n_past + n > self.n_ctx:
+            raise LocalspecError(f"context full ({self.n_ctx} tokens)")
+        if logits == "all" and n > self.n_batch:
+            raise ValueError("cannot return logits for more tokens than one batch")
+        b = self._batch
+        start = 0
+        while start < n:
+            chunk = tokens[start:start + self.n_batch]
+            m = len(chunk)
+            last_chunk = start + m == n
+            base = self.n_past + start
+            for i, t in enumerate(chunk):
+                b.token[i] = t
+                b.pos[i] = base + i
+                b.logits[i] = logits == "all"
+            if logits == "last" and last_chunk:
+                b.logits[m - 1] = True
+            b.n_tokens = m
+            t0 = time.perf_counter()
+            rc = ll.llama_decode(self.ptr, b)
+            self.decode_seconds += time.perf_counter() - t0
+            if rc != 0:
+                # Keep the mirror in line with what the cache holds.
+                self.truncate(self.n_past + start)
+                why = last_log_error()
+                raise LocalspecError(f"llama_decode failed (code {rc}){': ' + why if why else ''}")
+            start += m
+        self.tokens.extend(tokens)
+        if logits == "none":
+            return None
+        if logits == "last":
+            ptr = ll.llama_get_logits_ith(self.ptr, -1)
+            return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+        ptr = ll.llama_get_logits(self.ptr)
+        return np.ctypeslib.as_array(ptr, shape=(n, self._n_vocab))
+
+    def close(self) -> None:
+        if getattr(self, "ptr", None):
+            ll.llama_batch_free(self._batch)
+            ll.llama_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,69 @@
+"""Chat prompts from the model's own Jinja chat template, rendered in a sandbox.
+
+A chat template comes from a downloaded file, so it is untrusted input: it is rendered in
+Jinja's immutable sandbox (no attribute access to internals, no mutation of our objects).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..errors import LocalspecError
+
+CHATML = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def _raise(message: str):
+    raise jinja2.TemplateError(message)
+
+
+def _tojson(value, indent=None, ensure_ascii=False, **_):
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env
+
+
+_ENV = _environment()
+
+
+def render_chat(template: str | None, messages: list[dict], *, bos_token: str = "",
+                eos_token: str = "", add_generation_prompt: bool = True) -> str:
+    """Render ``messages`` (dicts with role and content) with a chat template."""
+    for m in messages:
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise LocalspecError("each chat message needs a role and a content")
+    try:
+        tmpl = _ENV.from_string(template or CHATML)
+        return tmpl.render(messages=messages, bos_token=bos_token, eos_token=eos_token,
+                           add_generation_prompt=add_generation_prompt)
+    except jinja2.exceptions.SecurityError as exc:
+        raise LocalspecError(f"the model's chat template tried something unsafe: {exc}") from None
+    except jinja2.TemplateError as exc:
+        raise LocalspecError(f"the model's chat template failed: {exc}") from None
+
+
+def chat_tokens(model, messages: list[dict]) -> list[int]:
+    """Render with the model's template and tokenize, adding BOS once when the model wants it."""
+    bos = model.token_text(model.bos) if model.bos >= 0 else ""
+    eos = model.token_text(model.eos) if model.eos >= 0 else ""
+    text = render_chat(model.chat_template(), messages, bos_token=bos, eos_token=eos)
+    tokens = model.tokenize(text, add_special=False, parse_special=True)
+    if model.add_bos and model.bos >= 0 and (not tokens or tokens[0] != model.bos):
+        tokens.insert(0, model.bos)
+    return tokens

@@ -1,0 +1,110 @@
+"""The typed events a generation emits. Consumers (CLI, TUI, benchmarks) read only these."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+
+
+class Origin(str, Enum):
+    """Where an emitted token came from."""
+
+    DRAFT = "draft"        # proposed by the drafter and accepted by the target
+    TARGET = "target"      # the target's own token after a rejection (or with no draft)
+    BONUS = "bonus"        # the target's extra token after every draft token was accepted
+
+
+class StopReason(str, Enum):
+    EOG = "eog"                  # an end-of-generation token of the target vocabulary
+    MAX_TOKENS = "max_tokens"
+    STOP_STRING = "stop_string"
+    CONTEXT_FULL = "context_full"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class PromptProcessed:
+    n_tokens: int        # prompt length
+    n_cached: int        # tokens reused from the previous generation's cache
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    id: int
+    text: str            # text released by this token (may be "" while a stop string is pending)
+    origin: Origin
+
+
+@dataclass(frozen=True, slots=True)
+class TextChunk:
+    """Text released without a new token: what was held back for a stop string at the end."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One draft-and-verify round (or one plain target step when nothing was drafted)."""
+
+    index: int
+    k: int               # the most drafts the policy allowed this round
+    drafted: int
+    accepted: int
+    emitted: int
+    draft_seconds: float
+    verify_seconds: float
+    drafting: bool       # False while the policy has drafting paused
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyNote:
+    """The drafting policy changed its mind; ``reason`` says why in plain words."""
+
+    drafting: bool
+    k: int
+    reason: str
+
+
+@dataclass
+class Summary:
+    n_prompt: int = 0
+    n_cached: int = 0
+    n_generated: int = 0
+    prompt_seconds: float = 0.0
+    generation_seconds: float = 0.0
+    time_to_first_token: float = 0.0
+    tokens_per_second: float = 0.0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    acceptance_rate: float = 0.0
+    mean_accepted_length: float = 0.0   # accepted draft tokens per round that drafted
+    tokens_per_step: float = 0.0
+    acceptance_by_position: list[float] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    decode_seconds: float = 0.0          # time inside llama_decode (both models)
+    overhead_fraction: float = 0.0       # share of generation time spent outside llama_decode
+    tokens_drafting_on: int = 0
+    tokens_drafting_off: int = 0
+    policy: str = ""
+    stop_reason: str = ""
+    drafter: str = ""
+    k_max: int = 0
+    seed: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    summary: Summary
+    text: str
+    token_ids: tuple[int, ...]
+    stop_reason: StopReason
+    message: str = ""    # a sentence for the user when the stop needs explaining
+
+
+Event = PromptProcessed | Token | TextChunk | Step | PolicyNote | Done

@@ -1,0 +1,61 @@
+"""Accumulates per-step figures into the final :class:`Summary` of a generation."""
+
+from __future__ import annotations
+
+from .events import Summary
+
+
+class StatsRecorder:
+    def __init__(self, drafter: str, policy: str, seed: int | None):
+        self.s = Summary(drafter=drafter, policy=policy, seed=seed)
+        self._drafted_at: list[int] = []   # rounds that drafted at least i+1 tokens
+        self._accepted_at: list[int] = []  # rounds that accepted at least i+1 tokens
+        self._rounds_drafting = 0
+
+    def prompt(self, n_tokens: int, n_cached: int, seconds: float) -> None:
+        self.s.n_prompt = n_tokens
+        self.s.n_cached = n_cached
+        self.s.prompt_seconds = seconds
+
+    def first_token(self, seconds_since_start: float) -> None:
+        self.s.time_to_first_token = seconds_since_start
+
+    def step(self, k: int, drafted: int, accepted: int, emitted: int, draft_s: float,
+             verify_s: float, drafting: bool) -> None:
+        s = self.s
+        s.steps += 1
+        s.n_generated += emitted
+        s.drafted += drafted
+        s.accepted += accepted
+        s.draft_seconds += draft_s
+        s.verify_seconds += verify_s
+        s.k_max = max(s.k_max, k)
+        if drafting:
+            s.tokens_drafting_on += emitted
+        else:
+            s.tokens_drafting_off += emitted
+        if drafted:
+            self._rounds_drafting += 1
+            while len(self._drafted_at) < drafted:
+                self._drafted_at.append(0)
+                self._accepted_at.append(0)
+            for i in range(drafted):
+                self._drafted_at[i] += 1
+            for i in range(accepted):
+                self._accepted_at[i] += 1
+
+    def finish(self, generation_seconds: float, decode_seconds: float, stop_reason: str,
+               policy) -> Summary:
+        s = self.s
+        s.generation_seconds = generation_seconds
+        s.tokens_per_second = s.n_generated / generation_seconds if generation_seconds > 0 else 0.0
+        s.acceptance_rate = s.accepted / s.drafted if s.drafted else 0.0
+        s.mean_accepted_length = s.accepted / self._rounds_drafting if self._rounds_drafting else 0.0
+        s.tokens_per_step = s.n_generated / s.steps if s.steps else 0.0
+        s.acceptance_by_position = [round(a / d, 4) if d else 0.0
+                                    for a, d in zip(self._accepted_at, self._drafted_at)]
+        s.decode_seconds = decode_seconds
+        s.overhead_fraction = max(0.0, 1.0 - decode_seconds / generation_seconds) if generation_seconds > 0 else 0.0
+        s.stop_reason = stop_reason
+        s.policy = getattr(policy, "reason", "") and f"{policy.describe()}; {policy.reason}" or policy.describe()
+        return s

