@@ -33,11 +33,12 @@ def _opts(*decorators):
 def generation_options(default_temp: float):
     """The model, prompt, sampling, drafting and hardware options."""
     return _opts(
-        click.option("-m", "--model", "target", required=True, metavar="TARGET",
-                     help="Target model (.gguf)."),
+        click.option("-m", "--model", "target", metavar="TARGET", help="Target model (.gguf)."),
         click.option("-d", "--draft", metavar="DRAFT", help="Draft model (.gguf) with the target's tokenizer."),
         click.option("--ngram", is_flag=True, help="Draft by prompt lookup (n-grams) instead of a model."),
         click.option("--no-draft", is_flag=True, help="Target alone, no speculation."),
+        click.option("--demo", is_flag=True,
+                     help="Use the built-in demo pair (SmolLM2-135M: F16 target, Q4_1 draft); offline."),
         click.option("-p", "--prompt", metavar="TEXT", help="Prompt text ('-' reads standard input)."),
         click.option("-f", "--file", "prompt_file", type=click.Path(dir_okay=False), metavar="FILE",
                      help="Read the prompt from a file."),
@@ -95,6 +96,17 @@ def read_prompt(opts: dict) -> str:
 
 
 def engine_config(opts: dict) -> EngineConfig:
+    if opts.get("demo"):
+        if opts.get("target") or opts.get("draft"):
+            raise BadInput("--demo picks both models; leave out -m and -d")
+        from ..demo import demo_pair
+
+        target, draft = demo_pair(progress=lambda m: click.echo(m, err=True))
+        opts = dict(opts, target=str(target))
+        if not (opts.get("ngram") or opts.get("no_draft")):
+            opts["draft"] = str(draft)
+    if not opts.get("target"):
+        raise BadInput("no target model: give -m TARGET.gguf (or --demo)")
     chosen = [name for name, on in (("-d", bool(opts.get("draft"))), ("--ngram", opts.get("ngram")),
                                      ("--no-draft", opts.get("no_draft"))) if on]
     if len(chosen) > 1:
