@@ -82,19 +82,24 @@ def median(rows, key):
 
 def markdown_table(out: dict) -> str:
     """The results as a Markdown table (printed to stdout at the end of a run)."""
+    ks = out["fixed_ks"]
     has_ref = any("reference" in r for r in out["results"])
-    head = ["prompt", "target alone tok/s", f"localspec K={out['k']} tok/s", "speed-up", "acceptance",
-            "overhead", "localspec adaptive tok/s", "speed-up"]
+    head = ["prompt", "target alone tok/s"] + [f"K={k}" for k in ks] + ["default (adaptive)", "acceptance",
+                                                                         "overhead", "default / best"]
     if has_ref:
-        head += [f"llama-speculative-simple K={out['k']} tok/s", "speed-up", "localspec / llama.cpp"]
+        head += [f"llama-speculative-simple K={out['reference_k']}", f"localspec K={out['reference_k']} / llama.cpp"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in out["results"]:
-        f, a = r["fixed_k"], r["adaptive"]
-        cells = [r["prompt"], f"{r['target_only_tok_s']:.1f}", f"{f['tok_s']:.1f}", f"{f['speedup']:.2f}x",
-                 f"{f['acceptance']:.0%}", f"{f['overhead']:.1%}", f"{a['tok_s']:.1f}", f"{a['speedup']:.2f}x"]
+        cells = [r["prompt"], f"{r['target_only_tok_s']:.1f}"]
+        for k in ks:
+            c = r[f"fixed_k{k}"]
+            cells.append(f"{c['tok_s']:.1f} ({c['speedup']:.2f}x)")
+        a = r["adaptive"]
+        cells += [f"{a['tok_s']:.1f} ({a['speedup']:.2f}x)", f"{r[f'fixed_k{ks[-1]}']['acceptance']:.0%}",
+                  f"{a['overhead']:.1%}", f"**{r['default_vs_best']:.2f}**"]
         if has_ref:
             ref = r["reference"]
-            cells += [f"{ref['tok_s']:.1f}", f"{ref['speedup']:.2f}x", f"{r['fixed_k_vs_reference']:.2f}x"]
+            cells += [f"{ref['tok_s']:.1f} ({ref['speedup']:.2f}x)", f"{r['localspec_vs_reference']:.2f}x"]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -105,7 +110,9 @@ def main(argv=None) -> int:
     ap.add_argument("--draft")
     ap.add_argument("--demo", action="store_true", help="the built-in SmolLM2 pair")
     ap.add_argument("--reference", help="path of llama-speculative-simple (scripts/build_reference.sh)")
-    ap.add_argument("--k", type=int, default=4, help="draft length for the fixed-K runs")
+    ap.add_argument("--k", type=int, default=4, help="draft length for the reference comparison")
+    ap.add_argument("--fixed-ks", default=None,
+                    help="comma-separated fixed draft lengths to sweep (default: just --k)")
     ap.add_argument("-n", type=int, default=128, help="tokens per generation")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--ctx", type=int, default=2048)
@@ -113,6 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", nargs="*", default=list(PROMPTS), choices=list(PROMPTS))
     ap.add_argument("--out", default="bench.json")
     args = ap.parse_args(argv)
+    ks = [int(x) for x in args.fixed_ks.split(",")] if args.fixed_ks else [args.k]
+    if args.reference and args.k not in ks:
+        ks.append(args.k)
 
     if args.demo:
         from localspec.demo import demo_pair
@@ -132,37 +142,41 @@ def main(argv=None) -> int:
         tokens = engine.chat_prompt(messages)
         prompt_text = render_chat(engine.target_model.chat_template(), messages)
         run_localspec(engine, tokens, 16, None)  # warm-up, excluded
-        rows = {"target_only": [], "fixed_k": [], "adaptive": [], "reference": []}
+        rows: dict[str, list] = {"target_only": [], "adaptive": [], "reference": []}
+        rows |= {f"fixed_k{k}": [] for k in ks}
         for _ in range(args.runs):
             rows["target_only"].append(run_localspec(engine, tokens, args.n, None))
-            rows["fixed_k"].append(run_localspec(engine, tokens, args.n, FixedPolicy(args.k, 0.0)))
+            for k in ks:
+                rows[f"fixed_k{k}"].append(run_localspec(engine, tokens, args.n, FixedPolicy(k, 0.0)))
             rows["adaptive"].append(run_localspec(engine, tokens, args.n, engine.new_policy()))
             if args.reference:
                 rows["reference"].append(run_reference(args.reference, args.target, args.draft, prompt_text,
                                                        args.n, args.k, args.threads, args.ctx))
         base = median(rows["target_only"], "tok_s")
         entry = {"prompt": name, "target_only_tok_s": base}
-        for key in ("fixed_k", "adaptive", "reference"):
-            if not rows[key]:
+        for key, cell in rows.items():
+            if key == "target_only" or not cell:
                 continue
-            tps = median(rows[key], "tok_s")
-            entry[key] = {"tok_s": tps, "speedup": tps / base, "acceptance": median(rows[key], "acceptance")}
+            tps = median(cell, "tok_s")
+            entry[key] = {"tok_s": tps, "speedup": tps / base, "acceptance": median(cell, "acceptance")}
             if key != "reference":
-                entry[key]["overhead"] = median(rows[key], "overhead")
-                entry[key]["tokens_per_step"] = median(rows[key], "tokens_per_step")
-                entry[key]["identical_to_target"] = all(r["ids"] == rows["target_only"][0]["ids"]
-                                                        for r in rows[key])
+                entry[key] |= {"overhead": median(cell, "overhead"),
+                               "tokens_per_step": median(cell, "tokens_per_step"),
+                               "drafting_off": median(cell, "drafting_off"),
+                               "identical_to_target": all(r["ids"] == rows["target_only"][0]["ids"] for r in cell)}
+        best = max([base] + [entry[f"fixed_k{k}"]["tok_s"] for k in ks])
+        entry["default_vs_best"] = entry["adaptive"]["tok_s"] / best
         if rows["reference"]:
-            entry["fixed_k_vs_reference"] = entry["fixed_k"]["tok_s"] / entry["reference"]["tok_s"]
+            entry["localspec_vs_reference"] = entry[f"fixed_k{args.k}"]["tok_s"] / entry["reference"]["tok_s"]
         results.append(entry)
         print(json.dumps(entry), file=sys.stderr)
     engine.close()
 
     out = {
         "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:])),
-        "target": args.target, "draft": args.draft, "k": args.k, "n": args.n, "runs": args.runs,
-        "threads": args.threads, "backend": backend_name(-1), "machine": platform.processor() or platform.machine(),
-        "seconds": round(time.time() - t_start, 1),
+        "target": args.target, "draft": args.draft, "fixed_ks": ks, "reference_k": args.k, "n": args.n,
+        "runs": args.runs, "threads": args.threads, "backend": backend_name(-1),
+        "machine": platform.processor() or platform.machine(), "seconds": round(time.time() - t_start, 1),
         "results": results,
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

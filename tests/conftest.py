@@ -11,6 +11,15 @@ from pathlib import Path
 
 import pytest
 
+# Keep every test (and every localspec subprocess it starts) away from the user's own
+# localspec home and Hugging Face cache. Set before anything imports huggingface_hub.
+_SESSION_DIR = Path(__import__("tempfile").mkdtemp(prefix="localspec-tests-"))
+os.environ["LOCALSPEC_HOME"] = str(_SESSION_DIR / "home")
+os.environ["HF_HOME"] = str(_SESSION_DIR / "hf")
+os.environ["HF_HUB_CACHE"] = str(_SESSION_DIR / "hf" / "hub")
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+os.environ.pop("HF_TOKEN", None)
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny_gguf import TinySpec, TinyZoo  # noqa: E402
@@ -32,6 +41,16 @@ def tiny_target(zoo) -> Path:
 def tiny_draft(zoo) -> Path:
     """Agrees with the target on some tokens and not on others."""
     return zoo.get(TinySpec(noise=0.15), "draft.gguf")
+
+
+@pytest.fixture(scope="session")
+def cost_pairs(zoo) -> dict[str, Path]:
+    """Models that agree on every token (both predict sigma(last token)) but cost very
+    different amounts: 'big' is ~100x slower per step than 'small'."""
+    big = TinySpec(n_embd=768, n_ff=1536, n_layer=4, n_head=8, n_head_kv=4, bigram_seed=5,
+                   layer_gain=0.05, f16=True)
+    small = TinySpec(n_embd=64, n_layer=1, bigram_seed=5, layer_gain=0.05)
+    return {"big": zoo.get(big, "bigram-big.gguf"), "small": zoo.get(small, "bigram-small.gguf")}
 
 
 def smollm2_q4_1_path() -> Path:

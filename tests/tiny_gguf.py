@@ -111,6 +111,10 @@ class TinySpec:
     vocab_shuffle: int = 0        # nonzero: permute the non-special tokens (a different vocabulary)
     extra_tokens: int = 0
     blind_output: bool = False    # output_norm = 0: all logits equal, argmax is token 0
+    bigram_seed: int = 0          # nonzero: the model predicts sigma(last token) for a fixed
+                                  # permutation sigma, whatever its size: pairs of any sizes agree
+    layer_gain: float = 1.0       # scales what each layer adds to the residual stream
+    f16: bool = False             # store the matrices as F16 (half the file size)
     name: str = "tiny"
 
     def with_(self, **kw) -> "TinySpec":
@@ -132,11 +136,11 @@ def _weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
         w[p + "attn_q.weight"] = lin(e, e)
         w[p + "attn_k.weight"] = lin(kv, e)
         w[p + "attn_v.weight"] = lin(kv, e)
-        w[p + "attn_output.weight"] = lin(e, e)
+        w[p + "attn_output.weight"] = lin(e, e, spec.layer_gain)
         w[p + "ffn_norm.weight"] = np.ones(e, dtype=np.float32)
         w[p + "ffn_gate.weight"] = lin(f, e)
         w[p + "ffn_up.weight"] = lin(f, e)
-        w[p + "ffn_down.weight"] = lin(e, f)
+        w[p + "ffn_down.weight"] = lin(e, f, spec.layer_gain)
     w["output_norm.weight"] = np.ones(e, dtype=np.float32)
     w["output.weight"] = lin(n_vocab, e, gain=spec.scale * 4.0)
     # Token 0 (<|endoftext|>) never wins for the target: its output row is zero.
@@ -146,6 +150,15 @@ def _weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
         for k, v in w.items():
             if v.ndim == 2:
                 w[k] = (v + nrng.standard_normal(v.shape).astype(np.float32) * spec.noise * v.std()).astype(np.float32)
+    if spec.bigram_seed:
+        # Row sigma(t) of the output matrix is token t's embedding: with a quiet residual
+        # stream the logits peak at sigma(last token).
+        sigma = np.random.default_rng(spec.bigram_seed).permutation(n_vocab)
+        emb = w["token_embd.weight"]
+        out = np.zeros((n_vocab, e), dtype=np.float32)
+        out[sigma] = emb * (spec.scale * 4.0 / np.sqrt(e))
+        out[0, :] = 0.0
+        w["output.weight"] = out
     if spec.blind_output:
         w["output_norm.weight"] = np.zeros(e, dtype=np.float32)
     return w
@@ -178,7 +191,7 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
     w.add_rope_dimension_count(spec.n_embd // spec.n_head)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(n_vocab)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.f16 else gguf.LlamaFileType.ALL_F32)
     w.add_tokenizer_model(spec.vocab_type)
     if spec.vocab_type == "gpt2":
         w.add_tokenizer_pre("gpt-2")
@@ -192,6 +205,8 @@ def write_tiny_model(path: str | Path, spec: TinySpec = TinySpec()) -> Path:
     w.add_add_bos_token(spec.add_bos)
     w.add_chat_template(CHATML)
     for name, arr in _weights(spec, n_vocab).items():
+        if spec.f16 and arr.ndim == 2:
+            arr = arr.astype(np.float16)
         w.add_tensor(name, arr)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -22,8 +22,10 @@ def check(target: str, draft: str, as_json: bool) -> int:
     Example:
       localspec check qwen2.5-32b-q4_k_m.gguf qwen2.5-1.5b-q8_0.gguf
     """
+    from .options import resolve_model
+
     try:
-        report = check_files(target, draft)
+        report = check_files(resolve_model(target, "target"), resolve_model(draft, "draft"))
     except GGUFError as exc:
         if as_json:
             click.echo(json.dumps({"compatible": None, "error": str(exc)}))

@@ -13,13 +13,32 @@ from ..errors import BadInput
 
 
 def resolve_model(arg: str, what: str) -> str:
-    """Turn a command-line model argument into a GGUF path."""
+    """Turn a model argument into a GGUF path: a file, a store name, or a pulled catalog alias."""
     p = Path(arg).expanduser()
-    if not p.exists():
-        raise BadInput(f"{what} model {arg}: no such file")
-    if p.is_dir():
-        raise BadInput(f"{what} model {arg}: is a directory, not a .gguf file")
-    return str(p)
+    if p.exists():
+        if p.is_dir():
+            raise BadInput(f"{what} model {arg}: is a directory, not a .gguf file")
+        return str(p)
+    from ..catalog import DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_QUANT, load_catalog
+    from ..store import Store
+
+    store = Store()
+    entry = store.get(arg)
+    if entry is None:
+        catalog = load_catalog()
+        if arg.lower() in catalog.models:
+            prefer = DEFAULT_DRAFT_QUANT if what == "draft" else DEFAULT_TARGET_QUANT
+            entry = store.by_alias(arg.lower(), prefer)
+            if entry is None:
+                raise BadInput(f"{arg} is not pulled yet: run `localspec pull {arg}`"
+                               + (" --no-draft" if what == "draft" else ""))
+        elif "/" in arg and not arg.endswith(".gguf"):
+            raise BadInput(f"{arg} is not pulled yet: run `localspec pull {arg}`")
+    if entry is None:
+        raise BadInput(f"{what} model {arg}: no such file or local model (see `localspec list`)")
+    if not entry.exists():
+        raise BadInput(f"{what} model {arg}: its file {entry.path} is gone; pull or import it again")
+    return entry.path
 
 
 def _opts(*decorators):
@@ -33,8 +52,9 @@ def _opts(*decorators):
 def generation_options(default_temp: float):
     """The model, prompt, sampling, drafting and hardware options."""
     return _opts(
-        click.option("-m", "--model", "target", metavar="TARGET", help="Target model (.gguf)."),
-        click.option("-d", "--draft", metavar="DRAFT", help="Draft model (.gguf) with the target's tokenizer."),
+        click.option("-m", "--model", "target", metavar="TARGET",
+                     help="Target model: a .gguf file, a local model name or a pulled catalog alias."),
+        click.option("-d", "--draft", metavar="DRAFT", help="Draft model (same forms) with the target's tokenizer."),
         click.option("--ngram", is_flag=True, help="Draft by prompt lookup (n-grams) instead of a model."),
         click.option("--no-draft", is_flag=True, help="Target alone, no speculation."),
         click.option("--demo", is_flag=True,
@@ -59,11 +79,12 @@ def generation_options(default_temp: float):
         click.option("--draft-temp", type=click.FloatRange(min=0.0), default=None,
                      help="Draft temperature (default: same as --temp); stays lossless."),
         click.option("--draft-max", type=click.IntRange(min=1), default=8, show_default=True,
-                     help="Most tokens drafted per step."),
+                     help="Most tokens drafted per step; given explicitly, exactly this many every step."),
         click.option("--draft-min", type=click.IntRange(min=1), default=1, show_default=True,
-                     help="Fewest tokens drafted per step while drafting."),
-        click.option("--p-min", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=0.5,
-                     show_default=True, help="Stop drafting when the draft's top probability falls below this."),
+                     help="Tokens always drafted per step while drafting is on (adaptive mode)."),
+        click.option("--p-min", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=None,
+                     help="Stop drafting when the draft's top probability falls below this "
+                          "(default: automatic, from measured acceptance and costs)."),
         click.option("--fixed-k", is_flag=True, help="Always draft --draft-max tokens (adaptive drafting off)."),
         click.option("--ctx", "n_ctx", type=click.IntRange(min=16), default=4096, show_default=True,
                      help="Context size in tokens."),
@@ -118,12 +139,16 @@ def engine_config(opts: dict) -> EngineConfig:
     draft = resolve_model(opts["draft"], "draft") if drafter == "model" else None
     if opts["draft_min"] > opts["draft_max"]:
         raise BadInput(f"--draft-min ({opts['draft_min']}) is larger than --draft-max ({opts['draft_max']})")
+    # An explicit --draft-max is the user's choice: draft that many tokens every step, like
+    # --fixed-k (an explicit --p-min can still end a draft early).
+    ctx = click.get_current_context(silent=True)
+    explicit_k = bool(ctx and ctx.get_parameter_source("draft_max") == click.core.ParameterSource.COMMANDLINE)
     return EngineConfig(
         target=target, draft=draft, drafter=drafter, n_ctx=opts["n_ctx"], threads=opts["threads"],
         gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
         cache_type=opts["cache_type"],
         drafting=DraftSettings(draft_max=opts["draft_max"], draft_min=opts["draft_min"],
-                               p_min=opts["p_min"], fixed_k=opts["fixed_k"]),
+                               p_min=opts["p_min"], fixed_k=opts["fixed_k"] or explicit_k),
     )
 
 

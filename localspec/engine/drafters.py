@@ -25,7 +25,10 @@ class Draft:
     tokens: list[int]
     dists: list[Dist] | None   # the draft distribution q of each token; None: deterministic
     seconds: float
-    steps: int                 # decodes it took (for per-step cost accounting)
+    steps: int                 # decodes it took, the catch-up decode included
+    sync_tokens: int = 0       # tokens decoded by the first (catch-up) decode
+    sync_seconds: float = 0.0
+    confidence: list[float] | None = None  # the draft's top probability at each drafted position
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -43,7 +46,7 @@ class NoDrafter:
     def prefill(self, tokens: list[int]) -> None:
         pass
 
-    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, p_min: float) -> Draft:
+    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
         return Draft([], None, 0.0, 0)
 
     def close(self) -> None:
@@ -51,63 +54,95 @@ class NoDrafter:
 
 
 class ModelDrafter:
-    """Drafts with a small model that shares the target's tokenizer."""
+    """Drafts with a small model that shares the target's tokenizer.
+
+    After a long pause in drafting the draft would have to decode every token it missed
+    before it can draft again. Past ``max_catchup`` missing tokens it restarts instead from
+    the last ``window`` tokens only (at positions 0..window-1), which bounds the cost of
+    coming back; a new prompt (``prefill``) always gives it the whole context again.
+    """
 
     name = "model"
     deterministic = False
 
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: Context, max_catchup: int = 64, window: int = 32):
         self.ctx = ctx
+        self.max_catchup = max_catchup
+        self.window = window
+        self.offset = 0                 # the cache holds context[offset:]
+        self._skipped: list[int] = []   # context[:offset] when the window was cut
         self._eog = ctx.model.eog_mask
 
-    def _sync(self, context: list[int]) -> np.ndarray:
-        """Bring the cache to ``context`` and return the logits after its last token."""
+    def _view(self, context: list[int]) -> list[int]:
+        if self.offset and (len(context) < self.offset or context[:self.offset] != self._skipped):
+            self.offset, self._skipped = 0, []
+            self.ctx.clear()
+        return context[self.offset:] if self.offset else context
+
+    def _sync(self, context: list[int]) -> tuple[np.ndarray, int]:
+        """Bring the cache to ``context``; return the logits after its last token and how
+        many tokens that took."""
         ctx = self.ctx
-        n = min(_common_prefix(ctx.tokens, context), len(context) - 1)
+        view = self._view(context)
+        n = min(_common_prefix(ctx.tokens, view), len(view) - 1)
+        if len(view) - n > self.max_catchup and len(context) > self.window:
+            self.offset = len(context) - self.window
+            self._skipped = context[:self.offset]
+            view = context[self.offset:]
+            n = 0
         ctx.truncate(n)
         n = ctx.n_past  # a recurrent cache may have been cleared entirely
-        return ctx.decode(context[n:], logits="last")
+        return ctx.decode(view[n:], logits="last"), len(view) - n
 
     def prefill(self, tokens: list[int]) -> None:
         """Decode a prompt (all but its last token, which each draft starts from)."""
         ctx = self.ctx
+        if self.offset:
+            self.offset, self._skipped = 0, []
+            ctx.clear()
         n = _common_prefix(ctx.tokens, tokens[:-1])
         ctx.truncate(n)
         n = ctx.n_past
         if len(tokens) - 1 > n:
             ctx.decode(tokens[n:-1], logits="none")
 
-    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, p_min: float) -> Draft:
+    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
+        """Up to ``k`` tokens after ``context``. ``gate(position, top_probability)`` is asked
+        before each token is added; drafting stops when it says no."""
         t0 = time.perf_counter()
-        room = self.ctx.n_ctx - len(context)
+        room = self.ctx.n_ctx - (len(context) - self.offset)
         k = min(k, room)
         if k <= 0:
             return Draft([], [], 0.0, 0)
-        logits = self._sync(context)
+        logits, synced = self._sync(context)
+        t_sync = time.perf_counter() - t0
         steps = 1
         tokens: list[int] = []
         dists: list[Dist] = []
+        confidence: list[float] = []
         greedy = cfg.greedy
         for i in range(k):
+            top = 1.0
             if greedy:
                 tok = int(np.argmax(logits))
-                if p_min > 0.0:
+                if gate is not None:
                     top = float(1.0 / np.exp(logits - logits[tok]).sum())
-                    if top < p_min:
-                        break
                 dist = Dist.onehot(tok)
             else:
                 dist = distribution(logits, cfg)
-                if p_min > 0.0 and dist.top()[1] < p_min:
-                    break
+                top = dist.top()[1]
+            if gate is not None and not gate(i + 1, top):
+                break
+            if not greedy:
                 tok = dist.sample(rng)
             tokens.append(tok)
             dists.append(dist)
+            confidence.append(top)
             if i == k - 1 or self._eog[tok]:
                 break
             logits = self.ctx.decode([tok], logits="last")
             steps += 1
-        return Draft(tokens, dists, time.perf_counter() - t0, steps)
+        return Draft(tokens, dists, time.perf_counter() - t0, steps, synced, t_sync, confidence)
 
     def close(self) -> None:
         self.ctx.close()
@@ -141,7 +176,7 @@ class NgramDrafter:
     def prefill(self, tokens: list[int]) -> None:
         self._rebuild(tokens)
 
-    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, p_min: float) -> Draft:
+    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
         t0 = time.perf_counter()
         self._rebuild(context)
         seen = self._seen

@@ -88,7 +88,10 @@ class Summary:
     overhead_fraction: float = 0.0       # share of generation time spent outside llama_decode
     tokens_drafting_on: int = 0
     tokens_drafting_off: int = 0
-    policy: str = ""
+    pauses: int = 0                      # times the policy turned drafting off
+    probes: int = 0                      # short drafts tried while paused
+    policy: str = ""                     # the policy and its latest reasoning
+    policy_notes: list[str] = field(default_factory=list)  # each on/off decision, with why
     stop_reason: str = ""
     drafter: str = ""
     k_max: int = 0

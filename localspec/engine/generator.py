@@ -93,7 +93,7 @@ class Generator:
 
             # -- draft --------------------------------------------------------------
             if k > 0:
-                d: Draft = drafter.draft(tokens, k, dcfg, rng, policy.p_min)
+                d: Draft = drafter.draft(tokens, k, dcfg, rng, policy.gate())
             else:
                 d = Draft([], None, 0.0, 0)
             drafts = d.tokens
@@ -149,9 +149,12 @@ class Generator:
             step_index += 1
             note = policy.observe(RoundResult(k=k, drafted=n, accepted=a, draft_seconds=d.seconds,
                                               draft_steps=d.steps, verify_seconds=t_verify,
-                                              verify_batch=n + 1, emitted=emitted, probe=probe))
+                                              verify_batch=n + 1, emitted=emitted, probe=probe,
+                                              sync_tokens=d.sync_tokens, sync_seconds=d.sync_seconds,
+                                              confidence=d.confidence))
             if note:
-                yield PolicyNote(policy.drafting, policy.next_k() if policy.drafting else 0, note)
+                stats.note(note)
+                yield PolicyNote(policy.drafting, policy.k_now, note)
 
         tail = text.flush()
         if tail:

@@ -31,7 +31,7 @@ class DraftSettings:
 
     draft_max: int = 8
     draft_min: int = 1
-    p_min: float = 0.5
+    p_min: float | None = None      # None: the adaptive policy's cost-based stop rule
     fixed_k: bool = False
     can_pause: bool = True
 
@@ -42,7 +42,7 @@ class DraftSettings:
             raise BadInput(f"--draft-min must be >= 1 (got {self.draft_min})")
         if self.draft_min > self.draft_max:
             raise BadInput(f"--draft-min ({self.draft_min}) is larger than --draft-max ({self.draft_max})")
-        if not 0.0 <= self.p_min < 1.0:
+        if self.p_min is not None and not 0.0 <= self.p_min < 1.0:
             raise BadInput(f"--p-min must be in [0, 1) (got {self.p_min})")
 
     def policy(self):

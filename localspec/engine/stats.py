@@ -17,6 +17,10 @@ class StatsRecorder:
         self.s.n_cached = n_cached
         self.s.prompt_seconds = seconds
 
+    def note(self, text: str) -> None:
+        if len(self.s.policy_notes) < 50:
+            self.s.policy_notes.append(text)
+
     def first_token(self, seconds_since_start: float) -> None:
         self.s.time_to_first_token = seconds_since_start
 
@@ -57,5 +61,7 @@ class StatsRecorder:
         s.decode_seconds = decode_seconds
         s.overhead_fraction = max(0.0, 1.0 - decode_seconds / generation_seconds) if generation_seconds > 0 else 0.0
         s.stop_reason = stop_reason
-        s.policy = getattr(policy, "reason", "") and f"{policy.describe()}; {policy.reason}" or policy.describe()
+        s.policy = f"{policy.describe()}; {policy.reason}" if policy.reason else policy.describe()
+        s.pauses = getattr(policy, "pauses", 0)
+        s.probes = getattr(policy, "probes", 0)
         return s

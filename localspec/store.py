@@ -1,0 +1,156 @@
+"""The local store: which models and pairs are ready to use, in one JSON registry.
+
+Writes are atomic (a temporary file renamed over the registry) and serialised with a lock
+file, so two localspec processes never corrupt it. Entries point at files where they
+already live (the Hugging Face cache, or wherever an imported file is).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import BadInput
+from .paths import home
+
+REGISTRY = "registry.json"
+
+
+@dataclass
+class ModelEntry:
+    name: str
+    path: str                        # the file to load (first part of a split model)
+    files: list[str] = field(default_factory=list)
+    source: str = "import"           # pull | import | quantize
+    alias: str | None = None         # catalog alias
+    family: str | None = None
+    size: str | None = None
+    quant: str | None = None
+    repo: str | None = None
+    revision: str | None = None
+    bytes: int = 0
+    sha256: dict[str, str] = field(default_factory=dict)
+    added: str = ""
+
+    def exists(self) -> bool:
+        return all(Path(f).is_file() for f in (self.files or [self.path]))
+
+
+@dataclass
+class PairEntry:
+    target: str
+    draft: str
+    compatible: bool
+    summary: str = ""
+    checked: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.target} + {self.draft}"
+
+
+class Store:
+    """The registry under localspec's home (``LOCALSPEC_HOME`` moves it)."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = root or home()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path = self.root / REGISTRY
+
+    @contextlib.contextmanager
+    def _locked(self):
+        with open(self.root / (REGISTRY + ".lock"), "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _read(self) -> dict:
+        if not self.path.exists():
+            return {"models": {}, "pairs": {}}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            raise BadInput(f"{self.path}: the registry is unreadable; move it away to start afresh") from None
+        data.setdefault("models", {})
+        data.setdefault("pairs", {})
+        return data
+
+    def _write(self, data: dict) -> None:
+        tmp = self.path.with_name(f"{REGISTRY}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    # -- reading ----------------------------------------------------------------------
+    def models(self) -> list[ModelEntry]:
+        return [ModelEntry(**m) for m in self._read()["models"].values()]
+
+    def pairs(self) -> list[PairEntry]:
+        return [PairEntry(**p) for p in self._read()["pairs"].values()]
+
+    def get(self, name: str) -> ModelEntry | None:
+        raw = self._read()["models"].get(name)
+        return ModelEntry(**raw) if raw else None
+
+    def by_alias(self, alias: str, prefer_quant: str | None = None) -> ModelEntry | None:
+        found = [m for m in self.models() if m.alias == alias]
+        if not found:
+            return None
+        if prefer_quant:
+            for m in found:
+                if (m.quant or "").upper() == prefer_quant.upper():
+                    return m
+        return sorted(found, key=lambda m: m.added)[-1]
+
+    # -- writing ----------------------------------------------------------------------
+    def add_model(self, entry: ModelEntry) -> None:
+        entry.added = entry.added or time.strftime("%Y-%m-%dT%H:%M:%S")
+        with self._locked():
+            data = self._read()
+            data["models"][entry.name] = asdict(entry)
+            self._write(data)
+
+    def add_pair(self, pair: PairEntry) -> None:
+        pair.checked = pair.checked or time.strftime("%Y-%m-%dT%H:%M:%S")
+        with self._locked():
+            data = self._read()
+            data["pairs"][pair.key] = asdict(pair)
+            self._write(data)
+
+    # -- verified checksums, so a 20 GB file is hashed once ------------------------------
+    def known_digest(self, path: Path) -> str | None:
+        real = Path(path).resolve()
+        rec = self._read().get("verified", {}).get(str(real))
+        try:
+            st = real.stat()
+        except OSError:
+            return None
+        if rec and rec["size"] == st.st_size and rec["mtime"] == st.st_mtime:
+            return rec["sha256"]
+        return None
+
+    def remember_digest(self, path: Path, digest: str) -> None:
+        real = Path(path).resolve()
+        st = real.stat()
+        with self._locked():
+            data = self._read()
+            data.setdefault("verified", {})[str(real)] = {"size": st.st_size, "mtime": st.st_mtime,
+                                                          "sha256": digest}
+            self._write(data)
+
+    def remove(self, name: str) -> ModelEntry:
+        with self._locked():
+            data = self._read()
+            raw = data["models"].pop(name, None)
+            if raw is None:
+                raise BadInput(f"no model named {name!r} in the store (see `localspec list`)")
+            data["pairs"] = {k: p for k, p in data["pairs"].items()
+                             if p["target"] != name and p["draft"] != name}
+            self._write(data)
+        return ModelEntry(**raw)
