@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -119,13 +121,35 @@ def _translate(exc: Exception, what: str) -> LocalspecError:
 # Listing
 
 
+def _cached_listing(repo: str, revision: str | None) -> list[RemoteFile]:
+    """What the Hugging Face cache holds of a repo (HF_HUB_OFFLINE): its snapshot's files.
+
+    LFS blobs are named after their SHA-256, which stands in for the Hub's checksum.
+    """
+    folder = cache_dir() / ("models--" + repo.replace("/", "--"))
+    ref = revision or "main"
+    ref_file = folder / "refs" / ref
+    commit = ref_file.read_text().strip() if ref_file.is_file() else ref
+    snap = folder / "snapshots" / commit
+    if not snap.is_dir():
+        raise HubError(f"{repo}: HF_HUB_OFFLINE is set and the repository is not in the Hugging Face cache")
+    out = []
+    for p in sorted(snap.rglob("*")):
+        if p.is_file():
+            blob = p.resolve().name
+            sha = blob if re.fullmatch(r"[0-9a-f]{64}", blob) else None
+            out.append(RemoteFile(repo, p.relative_to(snap).as_posix(), p.stat().st_size, sha, commit))
+    return out
+
+
 def list_files(repo: str, revision: str | None = None) -> list[RemoteFile]:
-    """Every file of a model repo, with size and SHA-256 (LFS files), at one commit."""
+    """Every file of a model repo, with size and SHA-256 (LFS files), at one commit.
+    With HF_HUB_OFFLINE set, what the Hugging Face cache holds of it."""
     from huggingface_hub import HfApi
 
     safe_repo_id(repo)
     if offline():
-        raise HubError(f"{repo}: HF_HUB_OFFLINE is set; cannot list the repository")
+        return _cached_listing(repo, revision)
     try:
         info = HfApi().model_info(repo, revision=revision, files_metadata=True)
     except Exception as exc:  # noqa: BLE001 - every client error becomes one line
@@ -208,7 +232,15 @@ class RangeReader:
 
 
 def remote_metadata(rf: RemoteFile) -> tuple[GGUFMetadata, int]:
-    """The GGUF metadata of a remote file and how many bytes it took to read it."""
+    """The GGUF metadata of a remote file and how many bytes it took to read it (a file
+    already in the cache is read locally)."""
+    local = cached_file(rf)
+    if local is not None:
+        from .gguf_meta import read_metadata
+
+        return read_metadata(local), 0
+    if offline():
+        raise HubError(f"{rf.repo}/{rf.path}: HF_HUB_OFFLINE is set and it is not in the Hugging Face cache")
     reader = RangeReader(rf)
     meta = read_metadata_stream(reader, f"{rf.repo}/{rf.path}")
     return meta, reader.fetched
@@ -216,30 +248,6 @@ def remote_metadata(rf: RemoteFile) -> tuple[GGUFMetadata, int]:
 
 # ---------------------------------------------------------------------------------------
 # Downloads
-
-
-def _tqdm_class(progress: Progress | None, label: str, cancel: threading.Event | None):
-    """A tqdm stand-in that forwards byte counts to ``progress`` and honours ``cancel``."""
-    from huggingface_hub.utils import tqdm as hf_tqdm
-
-    class Forward(hf_tqdm):
-        def __init__(self, *args, **kwargs):
-            kwargs["disable"] = True
-            super().__init__(*args, **kwargs)
-            self._done = int(kwargs.get("initial") or 0)
-            self._total = int(kwargs.get("total") or 0)
-            if progress:
-                progress(label, self._done, self._total)
-
-        def update(self, n=1):
-            if cancel is not None and cancel.is_set():
-                raise Cancelled("download cancelled")
-            self._done += int(n or 0)
-            if progress:
-                progress(label, self._done, self._total)
-            return super().update(n)
-
-    return Forward
 
 
 def cached_file(rf: RemoteFile) -> Path | None:
@@ -250,18 +258,136 @@ def cached_file(rf: RemoteFile) -> Path | None:
     return Path(found) if isinstance(found, str) and Path(found).is_file() else None
 
 
+def _repo_folder(repo: str) -> Path:
+    return cache_dir() / ("models--" + repo.replace("/", "--"))
+
+
+def _link_snapshot(rf: RemoteFile, blob: Path) -> Path:
+    """Give a blob its place in the Hugging Face cache: snapshots/<commit>/<path> and refs/main."""
+    folder = _repo_folder(rf.repo)
+    snap = folder / "snapshots" / rf.revision / rf.path
+    snap.parent.mkdir(parents=True, exist_ok=True)
+    if snap.is_symlink() or snap.exists():
+        snap.unlink()
+    try:
+        snap.symlink_to(os.path.relpath(blob, snap.parent))
+    except OSError:  # pragma: no cover - file systems without symlinks
+        shutil.copyfile(blob, snap)
+    refs = folder / "refs"
+    refs.mkdir(parents=True, exist_ok=True)
+    if re.fullmatch(r"[0-9a-f]{40}", rf.revision):
+        (refs / "main").write_text(rf.revision)
+    return snap
+
+
+def _retry_pause(attempt: int) -> None:
+    time.sleep(min(0.5 * attempt, 4.0))
+
+
+_ATTEMPTS = 6   # transfers per file and pull; each must make progress, then the pull stops
+
+
 def download(rf: RemoteFile, progress: Progress | None = None,
-             cancel: threading.Event | None = None) -> Path:
-    """Download one file into the Hugging Face cache (resuming a partial one)."""
-    from huggingface_hub import hf_hub_download
+             cancel: threading.Event | None = None) -> tuple[Path, str | None]:
+    """Download one file into the Hugging Face cache; return (path, sha256 if computed).
+
+    LFS files (the GGUFs) go to ``blobs/<sha256>.incomplete`` first, under a name that is the
+    same from one run to the next: an interrupted pull leaves it there and the next pull
+    continues it with an HTTP range request. Bytes are hashed as they arrive and the file
+    only takes its final name when its SHA-256 matches the Hub's. A lock file serialises
+    concurrent pulls of the same blob.
+    """
+    from filelock import FileLock
+    from huggingface_hub import hf_hub_download, hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session
 
     safe_repo_path(rf.path)
-    try:
-        path = hf_hub_download(rf.repo, rf.path, revision=rf.revision, cache_dir=cache_dir(),
-                               tqdm_class=_tqdm_class(progress, rf.path, cancel))
-    except Exception as exc:  # noqa: BLE001
-        raise _translate(exc, f"{rf.repo}/{rf.path}") from None
-    return Path(path)
+    have = cached_file(rf)
+    if have is not None:
+        return have, None
+    if offline():
+        raise HubError(f"{rf.repo}/{rf.path}: HF_HUB_OFFLINE is set and it is not in the Hugging Face cache")
+    label = f"{rf.repo}/{rf.path}"
+    if not rf.sha256:  # a small git file (README, config): the client's own download is fine
+        try:
+            return Path(hf_hub_download(rf.repo, rf.path, revision=rf.revision, cache_dir=cache_dir())), None
+        except Exception as exc:  # noqa: BLE001
+            raise _translate(exc, label) from None
+    blobs = _repo_folder(rf.repo) / "blobs"
+    blobs.mkdir(parents=True, exist_ok=True)
+    blob = blobs / rf.sha256
+    partial = blobs / f"{rf.sha256}.incomplete"
+    url = hf_hub_url(rf.repo, rf.path, revision=rf.revision, endpoint=endpoint())
+    with FileLock(str(blobs / f"{rf.sha256}.lock")):
+        if blob.is_file() and blob.stat().st_size == rf.size:
+            return _link_snapshot(rf, blob), None
+        hasher = hashlib.sha256()
+        done = 0
+        if partial.exists():
+            done = partial.stat().st_size
+            if done > rf.size:
+                partial.unlink()
+                done = 0
+            else:
+                with open(partial, "rb") as f:
+                    for block in iter(lambda: f.read(8 << 20), b""):
+                        hasher.update(block)
+        attempt = stalled = 0
+        while done < rf.size or rf.size == 0:
+            attempt += 1
+            before = done
+            headers = build_hf_headers()
+            if done:
+                headers["Range"] = f"bytes={done}-"
+            try:
+                with get_session().stream("GET", url, headers=headers, follow_redirects=True) as r:
+                    if r.status_code == 416 and done:
+                        break
+                    if r.status_code >= 400:
+                        r.read()
+                        r.raise_for_status()
+                    if done and r.status_code == 200:   # range ignored: start over
+                        hasher, done = hashlib.sha256(), 0
+                        partial.unlink(missing_ok=True)
+                    with open(partial, "ab") as f:
+                        if progress:
+                            progress(label, done, rf.size)
+                        for chunk in r.iter_bytes():
+                            if cancel is not None and cancel.is_set():
+                                raise Cancelled("download cancelled; run the same command to resume")
+                            f.write(chunk)
+                            hasher.update(chunk)
+                            done += len(chunk)
+                            if progress:
+                                progress(label, done, rf.size)
+                if rf.size == 0:
+                    break
+                if done < rf.size:
+                    raise ConnectionError("the transfer ended early")
+            except Cancelled:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                if isinstance(exc, OSError) and getattr(exc, "errno", None) == 28:
+                    raise LocalspecError(f"{label}: disk full after {done} of {rf.size} bytes; free some "
+                                         "space and run the same command to resume") from None
+                status = getattr(getattr(exc, "response", None), "status_code", None)
+                if status is not None and status not in (408, 429, 500, 502, 503, 504):
+                    raise _translate(exc, label) from None
+                stalled = 0 if done > before else stalled + 1
+                if attempt < _ATTEMPTS and stalled <= 1:
+                    _retry_pause(attempt)
+                    continue
+                kept = f"; {done} of {rf.size} bytes kept, run the same command to resume" if done else ""
+                raise HubError(f"{label}: download interrupted ({type(exc).__name__}){kept}") from None
+        if done != rf.size:
+            raise HubError(f"{label}: got {done} bytes, the Hub says {rf.size}; run the command again")
+        digest = hasher.hexdigest()
+        if digest != rf.sha256:
+            partial.unlink(missing_ok=True)
+            raise HubError(f"{label}: checksum mismatch (sha256 {digest[:12]}... but the Hub says "
+                           f"{rf.sha256[:12]}...); removed the corrupt file, nothing was registered")
+        os.replace(partial, blob)
+    return _link_snapshot(rf, blob), digest
 
 
 def sha256_file(path: Path, progress: Progress | None = None, label: str = "",

@@ -217,11 +217,12 @@ def execute(plan: PullPlan, progress: hub.Progress | None = None, store: Store |
         for f in item.files:
             if cancel is not None and cancel.is_set():
                 raise hub.Cancelled("pull cancelled")
-            path = hub.cached_file(f) or hub.download(f, progress, cancel)
-            digest = store.known_digest(path)
+            path, digest = hub.download(f, progress, cancel)
+            if digest is None:
+                digest = store.known_digest(path)
             if digest is None or (f.sha256 and digest != f.sha256):
                 digest = hub.verify(f, path, progress, cancel)
-                store.remember_digest(path, digest)
+            store.remember_digest(path, digest)
             paths.append(str(path))
             sums[f.path] = digest
         cat = item.catalog
