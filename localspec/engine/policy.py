@@ -29,6 +29,7 @@ _FIRST_K = 8             # the first round's draft length (it measures the costs
 _TRY_EVERY = 3           # rounds between tries of a neighbouring K
 _MOVE_MARGIN = 0.02      # a neighbour must be this much faster to move there
 _PAUSE_MARGIN = 0.03     # pause when drafting is measured this much slower than the target
+_RESUME_MARGIN = 0.03    # a probe must predict this much gain to resume drafting
 _PAUSE_EVIDENCE = 8      # ... over at least this many drafting rounds (unless clearly worse)
 _CLEARLY_WORSE = 0.7
 _PROBE_K = 4             # a probe drafts at least this many tokens
@@ -344,9 +345,11 @@ class AdaptivePolicy:
                 if k_pred != self._k and rate_pred > base and (self._rates.get(k_pred) or _Rate()).n < 2:
                     self._k, pause = k_pred, False
         else:
+            # Paused: only a probe's fresh evidence can turn drafting back on, and only when
+            # it predicts a clear gain (plain steps alone would make it flap on noise).
             k_best, rate_best = self._predicted_best()
             self.predicted_speedup = rate_best / base if base else 1.0
-            pause = rate_best <= base
+            pause = not r.probe or rate_best <= base * (1 + _RESUME_MARGIN)
         if pause and self.can_pause:
             if was:
                 self.pauses += 1
