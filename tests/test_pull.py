@@ -346,3 +346,25 @@ def test_pull_the_real_smollm2_file(hub, smollm2_q4_1, capsys):
                          "-n", "12", "--temp", "0", "--json", capsys=capsys)
     assert code == 0, err
     assert len(json.loads(out)["token_ids"]) > 0
+
+
+def test_split_target_as_written(hub, files, capsys):
+    """`localspec pull qwen2.5-32b --draft 1.5b` exactly as the issue writes it: the catalog's
+    split Q4_K_M target (every part) and the 1.5b Q8_0 draft."""
+    t_repo, d_repo = "Qwen/Qwen2.5-32B-Instruct-GGUF", "Qwen/Qwen2.5-1.5B-Instruct-GGUF"
+    data = files["target"].read_bytes()
+    half = len(data) // 2
+    # A split GGUF keeps the metadata in its first part.
+    hub.add_file(t_repo, "qwen2.5-32b-instruct-q4_k_m-00001-of-00002.gguf", data[:half])
+    hub.add_file(t_repo, "qwen2.5-32b-instruct-q4_k_m-00002-of-00002.gguf", data[half:])
+    hub.add_file(t_repo, "qwen2.5-32b-instruct-q8_0-00001-of-00009.gguf", b"GGUF-not-this-one")
+    hub.add_file(d_repo, "qwen2.5-1.5b-instruct-q8_0.gguf", files["draft"])
+    code, out, err = cli("pull", "qwen2.5-32b", "--draft", "1.5b", capsys=capsys)
+    assert code == 0, err
+    entry = registered()["qwen2.5-32b:q4_k_m"]
+    assert [Path(f).name for f in entry.files] == ["qwen2.5-32b-instruct-q4_k_m-00001-of-00002.gguf",
+                                                    "qwen2.5-32b-instruct-q4_k_m-00002-of-00002.gguf"]
+    assert entry.path == entry.files[0]
+    assert b"".join(Path(f).read_bytes() for f in entry.files) == data
+    assert registered()["qwen2.5-1.5b:q8_0"].quant == "Q8_0"
+    assert hub.content_gets(t_repo, "qwen2.5-32b-instruct-q8_0-00001-of-00009.gguf") == []
