@@ -117,13 +117,16 @@ def read_prompt(opts: dict) -> str:
 
 
 def engine_config(opts: dict) -> EngineConfig:
+    """Settings for the Engine from the command-line options (``opts`` is updated in place
+    with what --demo and tuned settings resolve to, for sampling_config to read)."""
     if opts.get("demo"):
         if opts.get("target") or opts.get("draft"):
             raise BadInput("--demo picks both models; leave out -m and -d")
         from ..demo import demo_pair
 
         target, draft = demo_pair(progress=lambda m: click.echo(m, err=True))
-        opts = dict(opts, target=str(target))
+        opts["demo"] = False  # resolved once; the caller's dict now names the files
+        opts["target"] = str(target)
         if not (opts.get("ngram") or opts.get("no_draft")):
             opts["draft"] = str(draft)
     if not opts.get("target"):
@@ -141,8 +144,9 @@ def engine_config(opts: dict) -> EngineConfig:
         raise BadInput(f"--draft-min ({opts['draft_min']}) is larger than --draft-max ({opts['draft_max']})")
     # An explicit --draft-max is the user's choice: draft that many tokens every step, like
     # --fixed-k (an explicit --p-min can still end a draft early).
-    ctx = click.get_current_context(silent=True)
-    explicit_k = bool(ctx and ctx.get_parameter_source("draft_max") == click.core.ParameterSource.COMMANDLINE)
+    explicit_k = _explicit("draft_max")
+    if drafter == "model":
+        apply_tuned(opts, target, draft)
     return EngineConfig(
         target=target, draft=draft, drafter=drafter, n_ctx=opts["n_ctx"], threads=opts["threads"],
         gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
@@ -150,6 +154,34 @@ def engine_config(opts: dict) -> EngineConfig:
         drafting=DraftSettings(draft_max=opts["draft_max"], draft_min=opts["draft_min"],
                                p_min=opts["p_min"], fixed_k=opts["fixed_k"] or explicit_k),
     )
+
+
+_TUNED_FLAGS = ("draft_max", "draft_min", "p_min", "fixed_k", "draft_temp")
+
+
+def _explicit(name: str) -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE)
+
+
+def apply_tuned(opts: dict, target: str, draft: str) -> str | None:
+    """Use `localspec tune`'s settings for this pair and backend unless a drafting flag was given."""
+    if any(_explicit(f) for f in _TUNED_FLAGS) or opts.get("tuned_applied") is not None:
+        return None
+    from .. import tuning
+    from ..engine.backend import backend_name
+
+    entry = tuning.lookup(target, draft, backend_name(opts.get("gpu_layers") if opts.get("gpu_layers") is not None else -1))
+    if not entry:
+        opts["tuned_applied"] = ""
+        return None
+    st = entry["settings"]
+    opts.update(draft_max=st["draft_max"], fixed_k=st["fixed_k"], p_min=st.get("p_min"),
+                draft_temp=st.get("draft_temp"), draft_min=min(opts["draft_min"], st["draft_max"]))
+    note = f"using tuned settings for this pair ({tuning.describe(st)}) from `localspec tune`; flags override"
+    opts["tuned_applied"] = note
+    click.echo(f"localspec: {note}", err=True)
+    return note
 
 
 def sampling_config(opts: dict) -> SamplingConfig:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from ..compat import check_files
 from ..errors import BadInput, IncompatiblePair
@@ -106,6 +105,7 @@ class Engine:
             self.drafter = NoDrafter()
         self._spec = Generator(self.target_ctx, self.drafter)
         self._plain = Generator(self.target_ctx, NoDrafter())
+        self._ngram: Generator | None = None
         self._lock = threading.Lock()
 
     # -- prompts ----------------------------------------------------------------------
@@ -123,11 +123,16 @@ class Engine:
 
     def generate(self, prompt_tokens: list[int], *, sampling: SamplingConfig | None = None,
                  max_tokens: int = 256, stop: list[str] | tuple[str, ...] = (),
-                 speculative: bool = True, policy=None,
+                 speculative: bool = True, policy=None, drafter: str | None = None,
                  cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Stream events; ``speculative=False`` runs the target alone through the same loop."""
+        """Stream events; ``speculative=False`` runs the target alone through the same loop.
+        ``drafter="ngram"`` drafts by prompt lookup even when a draft model is loaded."""
         with self._lock:
-            if speculative and self.config.drafter != "none":
+            if speculative and drafter == "ngram" and self.config.drafter != "ngram":
+                if self._ngram is None:
+                    self._ngram = Generator(self.target_ctx, NgramDrafter())
+                gen, pol = self._ngram, policy or self.new_policy()
+            elif speculative and self.config.drafter != "none":
                 gen, pol = self._spec, policy or self.new_policy()
             else:
                 gen, pol = self._plain, FixedPolicy(0)

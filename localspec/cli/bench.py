@@ -1,0 +1,231 @@
+"""``localspec bench`` (measure a sweep of settings) and ``localspec tune`` (store the best)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from tqdm.auto import tqdm
+
+from .. import benchmark, tuning
+from ..engine import DraftSettings, Engine, EngineConfig
+from ..engine.backend import CACHE_TYPES, backend_name
+from ..errors import BadInput
+from .main import cli
+from .options import resolve_model
+
+
+def _list(value: str | None, kind, name: str, check) -> list:
+    if value is None:
+        return []
+    out = []
+    for part in value.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            v = kind(part)
+        except ValueError:
+            raise BadInput(f"{name}: {part!r} is not a {kind.__name__}") from None
+        msg = check(v)
+        if msg:
+            raise BadInput(f"{name}: {part} {msg}")
+        out.append(v)
+    if not out:
+        raise BadInput(f"{name}: give at least one value")
+    return out
+
+
+def _choices(value: str, name: str, allowed: tuple[str, ...]) -> list[str]:
+    out = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in out if v not in allowed]
+    if bad or not out:
+        raise BadInput(f"{name}: {', '.join(bad) or value!r} is not one of {', '.join(allowed)}")
+    return out
+
+
+def _models(opts: dict) -> tuple[str, str]:
+    if opts["demo"]:
+        if opts["target"] or opts["draft"]:
+            raise BadInput("--demo picks both models; leave out -m and -d")
+        from ..demo import demo_pair
+
+        t, d = demo_pair(progress=lambda m: click.echo(m, err=True))
+        return str(t), str(d)
+    if not opts["target"] or not opts["draft"]:
+        raise BadInput("give -m TARGET and -d DRAFT (or --demo)")
+    return resolve_model(opts["target"], "target"), resolve_model(opts["draft"], "draft")
+
+
+def _engine(opts: dict, target: str, draft: str) -> Engine:
+    return Engine(EngineConfig(target=target, draft=draft, n_ctx=opts["n_ctx"], threads=opts["threads"],
+                               gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
+                               cache_type=opts["cache_type"], drafting=DraftSettings()))
+
+
+def _hardware(f):
+    for d in reversed([
+        click.option("-m", "--model", "target", metavar="TARGET", help="Target model (file, name or alias)."),
+        click.option("-d", "--draft", metavar="DRAFT", help="Draft model (file, name or alias)."),
+        click.option("--demo", is_flag=True, help="Use the built-in demo pair."),
+        click.option("--ctx", "n_ctx", type=click.IntRange(min=16), default=2048, show_default=True),
+        click.option("--threads", type=click.IntRange(min=1), default=None),
+        click.option("--gpu-layers", type=click.IntRange(min=-1), default=None),
+        click.option("--gpu-layers-draft", type=click.IntRange(min=-1), default=None),
+        click.option("--cache-type", type=click.Choice(sorted(CACHE_TYPES)), default="f16", show_default=True),
+    ]):
+        f = d(f)
+    return f
+
+
+def _run_sweep(engine, prompts, cells, *, runs, n, seed, temp, save, label: str):
+    total = (len(cells) + 1) * len(prompts) * runs
+    bar = tqdm(total=total, desc=label, unit="gen", file=sys.stderr, dynamic_ncols=True)
+    partial: list = []
+
+    def done_cell(res):
+        partial[:] = [res]
+        if save:
+            save(res)
+
+    try:
+        res = benchmark.sweep(engine, prompts, cells, runs=runs, n=n, seed=seed, temperature=temp,
+                              tick=lambda _label: bar.update(1), done_cell=done_cell)
+    except KeyboardInterrupt:
+        bar.close()
+        res = partial[0] if partial else None
+        return res, True
+    bar.close()
+    return res, False
+
+
+@cli.command()
+@_hardware
+@click.option("--draft-max", "draft_max", default="2,4,6,8", show_default=True, help="Draft lengths to sweep.")
+@click.option("--draft-temp", default=None, help="Draft temperatures to sweep, e.g. 0,0.3,0.7.")
+@click.option("--p-min", "p_min", default=None, help="Confidence cutoffs to sweep, e.g. 0,0.4,0.75.")
+@click.option("--policy", default="adaptive,fixed", show_default=True, help="adaptive and/or fixed K.")
+@click.option("--drafter", default="model", show_default=True, help="model and/or ngram.")
+@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), help="JSON-lines prompts file.")
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per cell.")
+@click.option("-n", "n", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens per run.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--temp", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+              help="Target temperature (0: greedy).")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the results as JSON.")
+@click.option("--csv", "csv_out", type=click.Path(dir_okay=False), help="Write the results as CSV.")
+def bench(**opts) -> int:
+    """Measure target-only and a sweep of speculative settings on a prompt set.
+
+    Each cell runs every prompt --runs times with a fixed seed after a warm-up; the table
+    shows the median tok/s with its spread, the speed-up over the target alone, acceptance,
+    accepted tokens per step, time to first token, and the speed-up the classic formula
+    (1 - a^(K+1)) / ((1 - a)(cK + 1)) expects from the measured acceptance a and cost ratio c.
+    With --json/--csv a PNG chart (speed-up against K) is written next to them.
+
+    \b
+    Examples:
+      localspec bench --demo --draft-max 2,4,8 --runs 2 --json bench.json --csv bench.csv
+      localspec bench -m target.gguf -d draft.gguf --draft-temp 0,0.7 --p-min 0,0.5 --policy fixed
+    """
+    ks = _list(opts["draft_max"], int, "--draft-max", lambda v: "must be >= 1" if v < 1 else None)
+    temps = _list(opts["draft_temp"], float, "--draft-temp", lambda v: "must be >= 0" if v < 0 else None) or [None]
+    pmins = _list(opts["p_min"], float, "--p-min", lambda v: "must be in [0, 1)" if not 0 <= v < 1 else None) or [None]
+    policies = _choices(opts["policy"], "--policy", ("adaptive", "fixed"))
+    drafters = _choices(opts["drafter"], "--drafter", ("model", "ngram"))
+    prompts = benchmark.load_prompts(opts["prompts_file"]) if opts["prompts_file"] else benchmark.PROMPTS
+    cells = benchmark.grid(ks, temps, pmins, policies, drafters)
+    target, draft = _models(opts)
+    outputs = [Path(p) for p in (opts["json_out"], opts["csv_out"]) if p]
+    chart = outputs[0].with_suffix(".png") if outputs else None
+
+    def save(res):
+        if opts["json_out"]:
+            benchmark.write_json(res, Path(opts["json_out"]))
+        if opts["csv_out"]:
+            benchmark.write_csv(res, Path(opts["csv_out"]))
+        if chart is not None and res.cells:
+            benchmark.write_chart(res, chart)
+
+    with _engine(opts, target, draft) as engine:
+        click.echo(f"{len(cells)} settings x {len(prompts)} prompts x {opts['runs']} runs, "
+                   f"{opts['n']} tokens each, plus the target alone", err=True)
+        res, interrupted = _run_sweep(engine, prompts, cells, runs=opts["runs"], n=opts["n"], seed=opts["seed"],
+                                      temp=opts["temp"], save=save if outputs else None, label="bench")
+    if res is None or res.baseline is None:
+        raise BadInput("interrupted before the first cell finished; nothing to report") if interrupted else \
+            BadInput("no results")
+    click.echo(benchmark.table(res))
+    for p in outputs + ([chart] if chart is not None and chart.exists() else []):
+        click.echo(f"wrote {p}", err=True)
+    if interrupted:
+        click.echo(f"localspec: interrupted: kept the {len(res.cells)} finished of {len(cells)} settings", err=True)
+        return 130
+    return 0
+
+
+TUNE_CELLS = [benchmark.Setting("model", None), benchmark.Setting("model", 2), benchmark.Setting("model", 4),
+              benchmark.Setting("model", 6), benchmark.Setting("model", 8),
+              benchmark.Setting("model", None, p_min=0.5)]
+TUNE_PROMPTS = ["code-1", "qa-1", "chat-1"]
+
+
+@cli.command()
+@_hardware
+@click.option("--show", is_flag=True, help="List the stored settings.")
+@click.option("--reset", is_flag=True, help="Forget stored settings (of this pair with -m/-d, else all).")
+@click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("-n", "n", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens per run.")
+def tune(**opts) -> int:
+    """Find and store the fastest settings for a pair on this machine.
+
+    A compact sweep (adaptive, fixed K 2/4/6/8, adaptive with p-min 0.5) on three prompts;
+    the winner is stored under the two files and the backend. `run`, `chat` and `compare`
+    then use it by default and say so; an explicit flag still wins.
+
+    \b
+    Examples:
+      localspec tune -m qwen2.5-7b -d qwen2.5-0.5b
+      localspec tune --show
+      localspec tune --reset
+    """
+    if opts["show"]:
+        data = tuning.load()
+        if not data:
+            click.echo("no tuned settings yet: localspec tune -m TARGET -d DRAFT")
+        for key, e in data.items():
+            click.echo(f"{e['target']} + {e['draft']} [{e['backend']}]: {tuning.describe(e['settings'])} "
+                       f"({e['speedup']:.2f}x measured {e['tuned_at']})")
+        return 0
+    if opts["reset"]:
+        if opts["target"] or opts["draft"] or opts["demo"]:
+            target, draft = _models(opts)
+            n = tuning.reset(tuning.pair_key(target, draft, backend_name(opts["gpu_layers"] or -1)))
+        else:
+            n = tuning.reset()
+        click.echo(f"forgot {n} tuned setting{'s' if n != 1 else ''}")
+        return 0
+    target, draft = _models(opts)
+    prompts = [p for p in benchmark.PROMPTS if p["id"] in TUNE_PROMPTS]
+    with _engine(opts, target, draft) as engine:
+        backend = engine.target_model.info.backend
+        res, interrupted = _run_sweep(engine, prompts, TUNE_CELLS, runs=opts["runs"], n=opts["n"], seed=0,
+                                      temp=0.0, save=None, label="tune")
+    if interrupted or res is None:
+        raise BadInput("tune was interrupted; nothing stored")
+    click.echo(benchmark.table(res))
+    best, speedup = benchmark.best_cell(res)
+    if best is None:
+        best, note = benchmark.Setting("model", None), "nothing beat the target alone; storing the adaptive default"
+        speedup = 1.0
+    else:
+        note = f"best: {best.label}"
+    settings = {"fixed_k": best.k is not None, "draft_max": best.k or 8, "p_min": best.p_min,
+                "draft_temp": best.draft_temp}
+    tuning.store(tuning.pair_key(target, draft, backend),
+                 {"target": Path(target).name, "draft": Path(draft).name, "backend": backend,
+                  "settings": settings, "speedup": speedup})
+    click.echo(f"{note} ({speedup:.2f}x); stored for this pair on {backend}: {tuning.describe(settings)}")
+    return 0

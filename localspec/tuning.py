@@ -1,0 +1,85 @@
+"""Tuned settings per pair and machine (`localspec tune`), keyed by the two files and the backend."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from .paths import home
+
+FILE = "tuned.json"
+
+
+def fingerprint(path: str | Path) -> str:
+    """Identifies a model file by content, cheaply: its size and a hash of its first 4 MB."""
+    p = Path(path)
+    h = hashlib.sha1()
+    with open(p, "rb") as f:
+        h.update(f.read(4 << 20))
+    return f"{p.stat().st_size}-{h.hexdigest()[:16]}"
+
+
+def pair_key(target: str | Path, draft: str | Path | None, backend: str) -> str:
+    return f"{fingerprint(target)}|{fingerprint(draft) if draft else 'none'}|{backend}"
+
+
+def _path() -> Path:
+    return home() / FILE
+
+
+def load() -> dict:
+    p = _path()
+    if not p.exists():
+        return {}
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _save(data: dict) -> None:
+    p = _path()
+    tmp = p.with_name(f"{FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+    tmp.replace(p)
+
+
+def store(key: str, entry: dict) -> None:
+    data = load()
+    entry = dict(entry, tuned_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    data[key] = entry
+    _save(data)
+
+
+def lookup(target: str | Path, draft: str | Path | None, backend: str) -> dict | None:
+    try:
+        key = pair_key(target, draft, backend)
+    except OSError:
+        return None
+    return load().get(key)
+
+
+def reset(key: str | None = None) -> int:
+    data = load()
+    if key is None:
+        n = len(data)
+        data = {}
+    else:
+        n = 1 if data.pop(key, None) is not None else 0
+    _save(data)
+    return n
+
+
+def describe(settings: dict) -> str:
+    if settings.get("fixed_k"):
+        text = f"fixed K={settings['draft_max']}"
+    else:
+        text = f"adaptive K up to {settings.get('draft_max', 8)}"
+    if settings.get("p_min") is not None:
+        text += f", p-min {settings['p_min']:g}"
+    if settings.get("draft_temp") is not None:
+        text += f", draft-temp {settings['draft_temp']:g}"
+    return text
