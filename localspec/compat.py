@@ -17,6 +17,33 @@ VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5
 MAX_LISTED_DIFFERENCES = 5
 
+# Architectures whose memory is (partly) a recurrent state (llama.cpp's llm_arch_is_recurrent /
+# llm_arch_is_hybrid): a rejected draft tail cannot simply be cut from it.
+RECURRENT_ARCHS = {"mamba", "mamba2", "rwkv6", "rwkv6qwen2", "rwkv7", "arwkv7"}
+HYBRID_ARCHS = {"jamba", "falcon-h1", "plamo2", "granitehybrid", "lfm2", "lfm2moe", "nemotron_h",
+                "nemotron_h_moe", "qwen3next", "kimi-linear", "bailingmoe3", "kimi-k3", "glm5-next",
+                "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "minimax-01"}
+
+
+def model_kind(architecture: str) -> str:
+    if architecture in RECURRENT_ARCHS:
+        return "recurrent"
+    if architecture in HYBRID_ARCHS:
+        return "hybrid"
+    return "transformer"
+
+
+def memory_note(role: str, architecture: str) -> str | None:
+    """What a recurrent or hybrid model means for speculation, in one sentence."""
+    kind = model_kind(architecture)
+    if kind == "transformer":
+        return None
+    return (f"{role} is a {kind} model ({architecture}): rejected draft tokens cannot be cut from its "
+            "recurrent state, so localspec rolls it back with llama.cpp state snapshots or a saved "
+            "checkpoint and decodes the kept tokens again; expect a smaller speed-up than with a "
+            "transformer")
+
+
 # Pre-tokenizers for which llama.cpp turns add_bos on by default in BPE ("gpt2") vocabularies.
 _BPE_PRE_WITH_BOS = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
                      "midm-2.0", "lfm2", "jina-v5-nano", "tekken", "chameleon"}
@@ -85,6 +112,7 @@ class CompatReport:
     rules: list[Rule]
     differences: list[TokenDifference]
     n_different: int
+    notes: list[str] = field(default_factory=list)
 
     @property
     def compatible(self) -> bool:
@@ -109,6 +137,7 @@ class CompatReport:
             "rules": [asdict(r) for r in self.rules],
             "differences": [asdict(d) for d in self.differences],
             "n_different": self.n_different,
+            "notes": list(self.notes),
         }
 
     def render(self) -> str:
@@ -119,6 +148,7 @@ class CompatReport:
             lines.append(f"        id {d.id}: target {d.target!r}  draft {d.draft!r}")
         verdict = "compatible" if self.compatible else "INCOMPATIBLE"
         lines.append(f"verdict: {verdict}")
+        lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
@@ -167,8 +197,11 @@ def describe(meta: GGUFMetadata) -> str:
 
 
 def check_metadata(target: GGUFMetadata, draft: GGUFMetadata) -> CompatReport:
-    return compare_vocabs(VocabInfo.from_metadata(target), VocabInfo.from_metadata(draft),
-                          describe(target), describe(draft))
+    report = compare_vocabs(VocabInfo.from_metadata(target), VocabInfo.from_metadata(draft),
+                            describe(target), describe(draft))
+    report.notes = [n for n in (memory_note("target", target.architecture),
+                                memory_note("draft", draft.architecture)) if n]
+    return report
 
 
 def check_files(target_path, draft_path) -> CompatReport:

@@ -148,11 +148,12 @@ def exact_two_tokens(target_path, prompt, cfg):
     m = Model(target_path)
     c = Context(m, n_ctx=256)
     p1 = distribution(c.decode(prompt, logits="last").copy(), cfg)
+    c.mark()  # recurrent/hybrid models come back here through a checkpoint
     out = {}
     support1 = [(int(t), float(pr)) for t, pr in zip(p1.ids, p1.probs)] if p1.ids is not None else \
         [(t, float(pr)) for t, pr in enumerate(p1.probs) if pr > 0]
     for t1, pr1 in support1:
-        c.truncate(len(prompt))
+        assert c.truncate(len(prompt)) == len(prompt)
         p2 = distribution(c.decode([t1], logits="last").copy(), cfg)
         ids2 = p2.ids if p2.ids is not None else np.arange(len(p2.probs))
         for t2, pr2 in zip(ids2, p2.probs):

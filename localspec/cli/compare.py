@@ -67,6 +67,8 @@ def compare(**opts) -> None:
         click.echo(f"drafting    : {render.draft_line(s)}")
         if policy.adaptive:
             click.echo(f"policy      : {s.policy}")
+        if render.memory_line(s):
+            click.echo(f"memory      : {render.memory_line(s)}")
         if result["identical"] is None:
             click.echo("outputs     : not compared (sampling: same distribution, different draws; "
                        "use --temp 0 for a token-for-token check)")

@@ -25,3 +25,13 @@ def draft_line(s: Summary) -> str:
 
 def policy_line(s: Summary) -> str:
     return f"policy: {s.policy}"
+
+
+def memory_line(s: Summary) -> str:
+    """For recurrent/hybrid models: how rejected tails were rolled back, and what it cost."""
+    if s.target_memory in ("", "kv") and s.draft_memory in ("", "kv"):
+        return ""
+    return (f"state rollback: target {s.target_memory}, draft {s.draft_memory or '-'}; {s.checkpoints} checkpoints "
+            f"({s.checkpoint_size / 1024:.0f} KB each, {s.checkpoint_bytes / 1e6:.1f} MB copied), "
+            f"{s.rollbacks} rollbacks, {s.redecoded_tokens} tokens decoded again, "
+            f"{s.checkpoint_seconds * 1000:.1f} ms")

@@ -63,3 +63,6 @@ def run(**opts) -> None:
         click.echo(f"--- {render.draft_line(s)}; backend {info['target']['backend']}", err=True)
         if policy.adaptive:
             click.echo(f"--- {render.policy_line(s)}", err=True)
+        memory = render.memory_line(s)
+        if memory:
+            click.echo(f"--- {memory}", err=True)

@@ -106,6 +106,21 @@ def default_threads() -> int:
     return max(1, n or os.cpu_count() or 1)
 
 
+STATE_PARTIAL = getattr(ll, "LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY", 1)  # only the recurrent part
+
+
+@dataclass
+class RollbackStats:
+    """What rolling back a recurrent/hybrid state cost."""
+
+    checkpoints: int = 0       # sequence states saved
+    bytes: int = 0             # bytes copied by those saves
+    last_bytes: int = 0        # size of one checkpoint
+    rollbacks: int = 0         # tails removed by a snapshot or a restored checkpoint
+    restarts: int = 0          # times the whole sequence had to be decoded again
+    seconds: float = 0.0       # time spent saving and restoring
+
+
 # ggml tensor types that make sense for the KV cache.
 CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 
@@ -255,7 +270,8 @@ class Context:
     """
 
     def __init__(self, model: Model, *, n_ctx: int, threads: int | None = None,
-                 threads_batch: int | None = None, n_batch: int = 512, cache_type: str = "f16"):
+                 threads_batch: int | None = None, n_batch: int = 512, cache_type: str = "f16",
+                 rollback_depth: int = 0):
         if n_ctx <= 0:
             raise BadInput("context size must be positive")
         if cache_type not in CACHE_TYPES:
@@ -272,6 +288,11 @@ class Context:
         params.type_k = CACHE_TYPES[cache_type]
         params.type_v = CACHE_TYPES[cache_type]
         params.no_perf = True
+        stateful = model.info.recurrent or model.info.hybrid
+        if stateful and rollback_depth > 0:
+            # Recurrent-state snapshots: a short tail can then be cut like a KV cache
+            # (llama.cpp clamps this to 0 for architectures that do not support it).
+            params.n_rs_seq = rollback_depth
         _log_tail.clear()
         ptr = ll.llama_init_from_model(model.ptr, params)
         if not ptr:
@@ -286,6 +307,16 @@ class Context:
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
         self._n_vocab = model.n_vocab
         self.decode_seconds = 0.0  # time spent inside llama_decode, for overhead accounting
+        # How a tail of the sequence is removed: "kv" (cut the KV cache), "rs" (recurrent
+        # snapshots, for a few tokens of the last decode call) or "checkpoint" (restore a
+        # saved sequence state, then decode again what must be kept).
+        self.rs_depth = int(ll.llama_n_rs_seq(ptr)) if stateful else 0
+        self.rollback = "kv" if not stateful else ("rs" if self.rs_depth > 0 else "checkpoint")
+        self.checkpoints: dict[int, ctypes.Array] = {}
+        self.max_checkpoints = 64
+        self._last_call = 0          # tokens in the last llama_decode call
+        self._rs_used = False        # a snapshot rollback is allowed once per decode
+        self.stats = RollbackStats()
         b = self._batch
         for i in range(self.n_batch):
             b.n_seq_id[i] = 1
@@ -295,34 +326,100 @@ class Context:
     def n_past(self) -> int:
         return len(self.tokens)
 
-    def truncate(self, n: int) -> None:
-        """Drop everything from position ``n`` on."""
+    def truncate(self, n: int) -> int:
+        """Keep at most the first ``n`` tokens; return how many are kept.
+
+        A KV cache keeps exactly ``n``. A recurrent or hybrid state can only go back to
+        where it has a snapshot or a checkpoint (see :meth:`mark`), so it may keep fewer:
+        the caller decodes again ``tokens[kept:]`` of what it wants.
+        """
         if n >= len(self.tokens):
+            return len(self.tokens)
+        back = len(self.tokens) - n
+        if self.rollback == "kv":
+            if not ll.llama_memory_seq_rm(self.mem, 0, n, -1):  # pragma: no cover - defensive
+                return self._restart()
+            del self.tokens[n:]
+            return n
+        if (self.rollback == "rs" and not self._rs_used and back <= self.rs_depth
+                and back <= self._last_call - 1 and ll.llama_memory_seq_rm(self.mem, 0, n, -1)):
+            self._rs_used = True
+            self.stats.rollbacks += 1
+            del self.tokens[n:]
+            self._forget_after(n)
+            return n
+        keys = [k for k in self.checkpoints if k <= n]
+        if not keys:
+            return self._restart()
+        k = max(keys)
+        buf = self.checkpoints[k]
+        t0 = time.perf_counter()
+        done = ll.llama_state_seq_set_data_ext(self.ptr, buf, len(buf), 0, STATE_PARTIAL)
+        ok = done == len(buf) and ll.llama_memory_seq_rm(self.mem, 0, k, -1)
+        self.stats.seconds += time.perf_counter() - t0
+        if not ok:
+            return self._restart()
+        self.stats.rollbacks += 1
+        del self.tokens[k:]
+        self._forget_after(k)
+        return k
+
+    def mark(self) -> None:
+        """Save the sequence state at the current position, so :meth:`truncate` can come
+        back to it (only recurrent and hybrid models need this; it is a no-op otherwise)."""
+        if self.rollback == "kv" or self.n_past in self.checkpoints:
             return
-        if not ll.llama_memory_seq_rm(self.mem, 0, n, -1):
-            # Recurrent state cannot drop a tail: start over (the caller re-decodes).
-            ll.llama_memory_clear(self.mem, True)
-            del self.tokens[:]
+        t0 = time.perf_counter()
+        size = ll.llama_state_seq_get_size_ext(self.ptr, 0, STATE_PARTIAL)
+        buf = (ctypes.c_uint8 * size)()
+        got = ll.llama_state_seq_get_data_ext(self.ptr, buf, size, 0, STATE_PARTIAL)
+        self.stats.seconds += time.perf_counter() - t0
+        if got != size:  # pragma: no cover - defensive
             return
-        del self.tokens[n:]
+        self.stats.checkpoints += 1
+        self.stats.bytes += size
+        self.stats.last_bytes = size
+        self.checkpoints[self.n_past] = buf
+        while len(self.checkpoints) > self.max_checkpoints:
+            del self.checkpoints[min(self.checkpoints)]
+
+    def _forget_after(self, n: int) -> None:
+        for k in [k for k in self.checkpoints if k > n]:
+            del self.checkpoints[k]
+
+    def _restart(self) -> int:
+        """No way back to the wanted position: start the sequence over."""
+        ll.llama_memory_clear(self.mem, True)
+        self.stats.restarts += 1
+        self.tokens = []
+        self.checkpoints.clear()
+        return 0
 
     def clear(self) -> None:
         ll.llama_memory_clear(self.mem, True)
         self.tokens = []
+        self.checkpoints.clear()
 
     def decode(self, tokens: list[int], *, logits: str = "last") -> np.ndarray | None:
         """Append ``tokens`` to the sequence and decode them.
 
         ``logits``: "last" returns shape (n_vocab,) for the final token, "all" returns
-        (len(tokens), n_vocab), "none" returns None.
+        (len(tokens), n_vocab), an int k returns (k, n_vocab) for the last k tokens, "none"
+        returns None.
         """
         n = len(tokens)
         if n == 0:
             raise ValueError("decode needs at least one token")
         if self.n_past + n > self.n_ctx:
             raise LocalspecError(f"context full ({self.n_ctx} tokens)")
-        if logits == "all" and n > self.n_batch:
+        want = n if logits == "all" else (logits if isinstance(logits, int) else 0)
+        if want > self.n_batch:
             raise ValueError("cannot return logits for more tokens than one batch")
+        if want and n > self.n_batch:
+            # Keep the positions that need logits in one llama_decode call.
+            self.decode(tokens[:n - want], logits="none")
+            return self.decode(tokens[n - want:], logits=want)
+        first_out = n - want
         b = self._batch
         start = 0
         while start < n:
@@ -333,13 +430,15 @@ class Context:
             for i, t in enumerate(chunk):
                 b.token[i] = t
                 b.pos[i] = base + i
-                b.logits[i] = logits == "all"
+                b.logits[i] = want > 0 and start + i >= first_out
             if logits == "last" and last_chunk:
                 b.logits[m - 1] = True
             b.n_tokens = m
             t0 = time.perf_counter()
             rc = ll.llama_decode(self.ptr, b)
             self.decode_seconds += time.perf_counter() - t0
+            self._last_call = m
+            self._rs_used = False
             if rc != 0:
                 # Keep the mirror in line with what the cache holds.
                 self.truncate(self.n_past + start)
@@ -353,7 +452,7 @@ class Context:
             ptr = ll.llama_get_logits_ith(self.ptr, -1)
             return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
         ptr = ll.llama_get_logits(self.ptr)
-        return np.ctypeslib.as_array(ptr, shape=(n, self._n_vocab))
+        return np.ctypeslib.as_array(ptr, shape=(want, self._n_vocab))
 
     def close(self) -> None:
         if getattr(self, "ptr", None):

@@ -90,8 +90,7 @@ class ModelDrafter:
             self._skipped = context[:self.offset]
             view = context[self.offset:]
             n = 0
-        ctx.truncate(n)
-        n = ctx.n_past  # a recurrent cache may have been cleared entirely
+        n = ctx.truncate(n)  # a recurrent state may only go back to a checkpoint
         return ctx.decode(view[n:], logits="last"), len(view) - n
 
     def prefill(self, tokens: list[int]) -> None:
@@ -100,9 +99,7 @@ class ModelDrafter:
         if self.offset:
             self.offset, self._skipped = 0, []
             ctx.clear()
-        n = _common_prefix(ctx.tokens, tokens[:-1])
-        ctx.truncate(n)
-        n = ctx.n_past
+        n = ctx.truncate(_common_prefix(ctx.tokens, tokens[:-1]))
         if len(tokens) - 1 > n:
             ctx.decode(tokens[n:-1], logits="none")
 
@@ -140,6 +137,7 @@ class ModelDrafter:
             confidence.append(top)
             if i == k - 1 or self._eog[tok]:
                 break
+            self.ctx.mark()  # a recurrent draft may have to come back here (no-op otherwise)
             logits = self.ctx.decode([tok], logits="last")
             steps += 1
         return Draft(tokens, dists, time.perf_counter() - t0, steps, synced, t_sync, confidence)

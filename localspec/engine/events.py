@@ -92,6 +92,16 @@ class Summary:
     probes: int = 0                      # short drafts tried while paused
     policy: str = ""                     # the policy and its latest reasoning
     policy_notes: list[str] = field(default_factory=list)  # each on/off decision, with why
+    # Recurrent / hybrid models cannot cut rejected tokens from their state: how it was done.
+    target_memory: str = ""              # "kv" (KV cache), "rs" (state snapshots), "checkpoint"
+    draft_memory: str = ""
+    checkpoints: int = 0                 # sequence states saved (target and draft)
+    checkpoint_bytes: int = 0            # bytes those saves copied
+    checkpoint_size: int = 0             # bytes of one checkpoint
+    checkpoint_seconds: float = 0.0      # time spent saving and restoring states
+    rollbacks: int = 0                   # tails removed by a snapshot or a checkpoint
+    restarts: int = 0                    # sequences decoded again from the start
+    redecoded_tokens: int = 0            # accepted tokens the target decoded a second time
     stop_reason: str = ""
     drafter: str = ""
     k_max: int = 0

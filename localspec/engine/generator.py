@@ -56,9 +56,7 @@ class Generator:
 
         # -- prompt -------------------------------------------------------------------
         t_start = time.perf_counter()
-        n_cached = _common_prefix(tgt.tokens, prompt[:-1])
-        tgt.truncate(n_cached)
-        n_cached = tgt.n_past
+        n_cached = tgt.truncate(_common_prefix(tgt.tokens, prompt[:-1]))
         if len(prompt) - 1 > n_cached:
             tgt.decode(prompt[n_cached:-1], logits="none")
         if policy.may_draft:
@@ -67,6 +65,8 @@ class Generator:
         stats.prompt(len(prompt), n_cached, t_gen - t_start)
         yield PromptProcessed(len(prompt), n_cached, t_gen - t_start)
         decode_before = tgt.decode_seconds + _draft_decode_seconds(drafter)
+        rollback_before = _rollback_snapshot(tgt, drafter)
+        redecoded = 0
 
         tokens = list(prompt)          # the whole sequence; its last token is not in the cache yet
         generated: list[int] = []
@@ -100,8 +100,15 @@ class Generator:
             n = len(drafts)
 
             # -- verify: one target decode of n + 1 positions -----------------------
+            # The batch starts with every token the target has not decoded yet: normally just
+            # the last one; after a recurrent/hybrid rollback also the accepted tokens that
+            # have to be decoded again.
             t0 = time.perf_counter()
-            logits = tgt.decode([tokens[-1]] + drafts, logits="all")
+            pending = tokens[tgt.n_past:]
+            redecoded += len(pending) - 1
+            if n and (tgt.rollback == "checkpoint" or (tgt.rollback == "rs" and n > tgt.rs_depth)):
+                tgt.mark()
+            logits = tgt.decode(pending + drafts, logits=n + 1)
             if sampling.greedy:
                 preds = np.argmax(logits, axis=1)
                 a = 0
@@ -118,7 +125,7 @@ class Generator:
 
                 q = d.dists if d.dists is not None else [Dist.onehot(t) for t in drafts]
                 a, nxt = speculative_accept(drafts, q, p_at, n_vocab, rng)
-            tgt.truncate(len(tokens) + a)      # drop the rejected draft positions
+            tgt.truncate(len(tokens) + a)      # drop the rejected draft positions (or roll back)
             t_verify = time.perf_counter() - t0
 
             # -- emit ---------------------------------------------------------------
@@ -162,8 +169,24 @@ class Generator:
             yield TextChunk(tail)
         t_end = time.perf_counter()
         decode = tgt.decode_seconds + _draft_decode_seconds(drafter) - decode_before
+        stats.rollback(tgt.rollback, getattr(getattr(drafter, "ctx", None), "rollback", None),
+                       _rollback_delta(rollback_before, _rollback_snapshot(tgt, drafter)), redecoded)
         summary = stats.finish(t_end - t_gen, decode, reason.value, policy)
         yield Done(summary, text.text, tuple(generated), reason, message)
+
+
+def _rollback_snapshot(tgt: Context, drafter) -> dict:
+    out = dict(vars(tgt.stats))
+    ctx = getattr(drafter, "ctx", None)
+    if ctx is not None:
+        for k, v in vars(ctx.stats).items():
+            out["draft_" + k] = v
+    return out
+
+
+def _rollback_delta(before: dict, after: dict) -> dict:
+    return {k: (after[k] - before.get(k, 0)) if k not in ("last_bytes", "draft_last_bytes") else after[k]
+            for k in after}
 
 
 def _draft_decode_seconds(drafter) -> float:

@@ -75,6 +75,10 @@ class EngineConfig:
         self.drafting.validate()
 
 
+def _kind(info) -> str:
+    return "hybrid" if info.hybrid else ("recurrent" if info.recurrent else "transformer")
+
+
 class Engine:
     """A loaded target (and draft) ready to generate."""
 
@@ -89,8 +93,9 @@ class Engine:
             self.compat = report
         threads = config.threads or default_threads()
         self.target_model = Model(config.target, gpu_layers=config.gpu_layers)
+        depth = config.drafting.draft_max + 1 if config.drafter != "none" else 0
         self.target_ctx = Context(self.target_model, n_ctx=config.n_ctx, threads=threads,
-                                  n_batch=config.n_batch, cache_type=config.cache_type)
+                                  n_batch=config.n_batch, cache_type=config.cache_type, rollback_depth=depth)
         self.draft_model = None
         self.draft_ctx = None
         if config.drafter == "model":
@@ -150,7 +155,8 @@ class Engine:
         t = self.target_model.info
         out = {
             "target": {"path": t.path, "model": t.description, "backend": t.backend,
-                       "gpu_layers": t.gpu_layers, "n_layer": t.n_layer},
+                       "gpu_layers": t.gpu_layers, "n_layer": t.n_layer, "kind": _kind(t),
+                       "memory": self.target_ctx.rollback},
             "drafter": self.config.drafter,
             "n_ctx": self.target_ctx.n_ctx,
             "threads": self.target_ctx.threads,
@@ -158,7 +164,8 @@ class Engine:
         if self.draft_model is not None:
             d = self.draft_model.info
             out["draft"] = {"path": d.path, "model": d.description, "backend": d.backend,
-                            "gpu_layers": d.gpu_layers, "n_layer": d.n_layer}
+                            "gpu_layers": d.gpu_layers, "n_layer": d.n_layer,
+                            "kind": _kind(d), "memory": self.draft_ctx.rollback}
         return out
 
     def close(self) -> None:

@@ -48,6 +48,18 @@ class StatsRecorder:
             for i in range(accepted):
                 self._accepted_at[i] += 1
 
+    def rollback(self, target_mode: str, draft_mode: str | None, delta: dict, redecoded: int) -> None:
+        s = self.s
+        s.target_memory = target_mode
+        s.draft_memory = draft_mode or ""
+        s.checkpoints = delta.get("checkpoints", 0) + delta.get("draft_checkpoints", 0)
+        s.checkpoint_bytes = delta.get("bytes", 0) + delta.get("draft_bytes", 0)
+        s.checkpoint_size = max(delta.get("last_bytes", 0), delta.get("draft_last_bytes", 0))
+        s.checkpoint_seconds = delta.get("seconds", 0.0) + delta.get("draft_seconds", 0.0)
+        s.rollbacks = delta.get("rollbacks", 0) + delta.get("draft_rollbacks", 0)
+        s.restarts = delta.get("restarts", 0) + delta.get("draft_restarts", 0)
+        s.redecoded_tokens = redecoded
+
     def finish(self, generation_seconds: float, decode_seconds: float, stop_reason: str,
                policy) -> Summary:
         s = self.s
