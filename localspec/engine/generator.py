@@ -100,9 +100,8 @@ class Generator:
             n = len(drafts)
 
             # -- verify: one target decode of n + 1 positions -----------------------
-            # The batch starts with every token the target has not decoded yet: normally just
-            # the last one; after a recurrent/hybrid rollback also the accepted tokens that
-            # have to be decoded again.
+            # The batch starts with every token the target has not decoded yet: just the last
+            # one (more only if a state had to start over).
             t0 = time.perf_counter()
             pending = tokens[tgt.n_past:]
             redecoded += len(pending) - 1
@@ -125,7 +124,13 @@ class Generator:
 
                 q = d.dists if d.dists is not None else [Dist.onehot(t) for t in drafts]
                 a, nxt = speculative_accept(drafts, q, p_at, n_vocab, rng)
-            tgt.truncate(len(tokens) + a)      # drop the rejected draft positions (or roll back)
+            keep = len(tokens) + a
+            kept = tgt.truncate(keep)          # drop the rejected draft positions
+            if kept < keep:
+                # A recurrent/hybrid state went back to its checkpoint: decode the accepted
+                # tokens again so the next round starts (and checkpoints) at the right place.
+                tgt.decode((tokens + drafts[:a])[kept:keep], logits="none")
+                redecoded += keep - kept
             t_verify = time.perf_counter() - t0
 
             # -- emit ---------------------------------------------------------------

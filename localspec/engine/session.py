@@ -62,6 +62,9 @@ class EngineConfig:
     cache_type: str = "f16"
     n_batch: int = 512
     drafting: DraftSettings = field(default_factory=DraftSettings)
+    # Recurrent-state snapshots kept for rollback (recurrent/hybrid targets whose architecture
+    # supports them); None: draft_max + 1; 0: always use sequence checkpoints instead.
+    rollback_depth: int | None = None
 
     def validate(self) -> None:
         if self.drafter not in DRAFTERS:
@@ -94,6 +97,8 @@ class Engine:
         threads = config.threads or default_threads()
         self.target_model = Model(config.target, gpu_layers=config.gpu_layers)
         depth = config.drafting.draft_max + 1 if config.drafter != "none" else 0
+        if config.rollback_depth is not None:
+            depth = config.rollback_depth
         self.target_ctx = Context(self.target_model, n_ctx=config.n_ctx, threads=threads,
                                   n_batch=config.n_batch, cache_type=config.cache_type, rollback_depth=depth)
         self.draft_model = None
