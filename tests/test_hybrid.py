@@ -95,7 +95,8 @@ def test_partial_acceptance_rolls_back_with_checkpoints(models):
         assert s.checkpoints > 0 and s.checkpoint_bytes > 0 and s.checkpoint_size > 0
         assert s.rollbacks > 0 and s.checkpoint_seconds > 0
         assert s.restarts == 0, "never fell back to decoding everything again"
-        assert s.redecoded_tokens > 0
+        # Each rollback re-decodes only what that round accepted (plus the round's first token).
+        assert 0 < s.redecoded_tokens <= s.accepted + s.rollbacks
 
 
 def test_hybrid_target_uses_state_snapshots(models):
