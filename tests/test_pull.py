@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
 from hubserver import FakeHub, configure_client, set_offline
 from tiny_gguf import TinySpec, write_tiny_model
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -195,7 +194,7 @@ def tune(**opts) -> int:
         data = tuning.load()
         if not data:
             click.echo("no tuned settings yet: localspec tune -m TARGET -d DRAFT")
-        for key, e in data.items():
+        for e in data.values():
             click.echo(f"{e['target']} + {e['draft']} [{e['backend']}]: {tuning.describe(e['settings'])} "
                        f"({e['speedup']:.2f}x measured {e['tuned_at']})")
         return 0
