@@ -1,0 +1,139 @@
+"""``localspec chat``: the terminal app (Textual), with live speculative-decoding gauges."""
+
+from __future__ import annotations
+
+import click
+
+from ..catalog import load_catalog
+from ..engine.backend import CACHE_TYPES
+from ..errors import BadInput
+from .main import cli
+from .options import resolve_model
+
+
+def _store_draft(target_arg: str, target_path: str) -> tuple[str, str] | None:
+    """(draft path, draft name) of a compatible registered pair whose target is this model."""
+    from pathlib import Path
+
+    from ..store import Store
+
+    store = Store()
+    names = {target_arg}
+    names |= {m.name for m in store.models() if Path(m.path) == Path(target_path)}
+    alias = target_arg.lower()
+    if alias in load_catalog().models:
+        names |= {m.name for m in store.models() if m.alias == alias}
+    for pair in store.pairs():
+        if pair.target in names and pair.compatible:
+            entry = store.get(pair.draft)
+            if entry is not None and entry.exists():
+                return entry.path, entry.name
+    return None
+
+
+def choose_models(target: str | None, opts: dict):
+    """A ModelChoice from the command line (the demo pair when no TARGET is given)."""
+    from ..tui.session import ModelChoice
+
+    chosen = [name for name, on in (("--draft", bool(opts.get("draft"))), ("--ngram", opts.get("ngram")),
+                                     ("--no-draft", opts.get("no_draft"))) if on]
+    if len(chosen) > 1:
+        raise BadInput(f"choose one of --draft, --ngram, --no-draft (got {' and '.join(chosen)})")
+    drafter = {"--draft": "model", "--ngram": "ngram", "--no-draft": "none"}.get(chosen[0] if chosen else "",
+                                                                                  "model")
+    hw = dict(n_ctx=opts["n_ctx"], threads=opts["threads"], gpu_layers=opts["gpu_layers"],
+              gpu_layers_draft=opts["gpu_layers_draft"], cache_type=opts["cache_type"])
+    if target is None:
+        if opts.get("draft"):
+            raise BadInput("--draft needs a TARGET (without one, chat uses the built-in demo pair)")
+        return ModelChoice(demo=True, **hw), drafter
+    target_path = resolve_model(target, "target")
+    draft_path = draft_name = None
+    if opts.get("draft"):
+        draft_path, draft_name = resolve_model(opts["draft"], "draft"), opts["draft"]
+    elif drafter == "model":
+        found = _store_draft(target, target_path)
+        if found is None:
+            raise BadInput(f"no draft for {target}: give --draft DRAFT, or --ngram, or --no-draft "
+                           "(`localspec pull` registers pairs)")
+        draft_path, draft_name = found
+    from pathlib import Path
+
+    t_name = target if not Path(target).exists() else None
+    d_name = draft_name if draft_name and not Path(draft_name).exists() else None
+    return ModelChoice(target=target_path, draft=draft_path, target_name=t_name, draft_name=d_name, **hw), drafter
+
+
+@cli.command()
+@click.argument("target", required=False, metavar="[TARGET]")
+@click.option("-d", "--draft", metavar="DRAFT", help="Draft model (a .gguf, local name or pulled alias).")
+@click.option("--ngram", is_flag=True, help="Draft by prompt lookup (n-grams) instead of a model.")
+@click.option("--no-draft", is_flag=True, help="Target alone, no speculation.")
+@click.option("--system", metavar="TEXT", help="System message.")
+@click.option("-n", "--max-tokens", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Most tokens per answer.")
+@click.option("--temp", type=click.FloatRange(min=0.0), default=0.8, show_default=True,
+              help="Temperature; 0 is greedy.")
+@click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True, help="Top-k (0: off).")
+@click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.95,
+              show_default=True, help="Top-p (nucleus).")
+@click.option("--min-p", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=0.05,
+              show_default=True, help="Min-p.")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Random seed (sampling).")
+@click.option("--draft-temp", type=click.FloatRange(min=0.0), default=None,
+              help="Draft temperature (default: as --temp); stays lossless.")
+@click.option("--draft-max", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Longest draft; given explicitly, exactly this many every step (adaptive off).")
+@click.option("--draft-min", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Shortest draft of the adaptive policy.")
+@click.option("--p-min", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=None,
+              help="Stop a draft when its top probability falls below this (default: automatic).")
+@click.option("--fixed-k", is_flag=True, help="Always draft --draft-max tokens (adaptive off).")
+@click.option("--ctx", "n_ctx", type=click.IntRange(min=16), default=4096, show_default=True,
+              help="Context size in tokens (the whole conversation must fit).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: physical cores).")
+@click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
+              help="Target layers on the GPU (-1 all; default all with a GPU build).")
+@click.option("--gpu-layers-draft", type=click.IntRange(min=-1), default=None,
+              help="Draft layers on the GPU (default: as --gpu-layers).")
+@click.option("--cache-type", type=click.Choice(sorted(CACHE_TYPES)), default="f16", show_default=True,
+              help="KV cache type.")
+@click.option("--save-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the comparison screen saves its JSON and Markdown (default: here).")
+def chat(target, **opts) -> None:
+    """Chat with a model in the terminal, with live speculative-decoding gauges.
+
+    Without TARGET it uses the built-in demo pair (SmolLM2-135M: F16 target, Q4_1 draft;
+    needs `pip install 'localspec[demo]'`), prepared on first use. With TARGET and no
+    --draft it uses the draft of a pair registered by `localspec pull`.
+
+    \b
+    Keys: Enter send · Esc stop · ctrl+n new chat · ctrl+y copy answer · ctrl+t token colours
+          F2 settings · F3 models (pull, pairs) · F4 compare · ctrl+q quit
+    \b
+    Examples:
+      localspec chat
+      localspec chat qwen2.5-7b --draft qwen2.5-0.5b
+      localspec chat model.gguf --ngram --temp 0
+    """
+    from ..tui.chat_settings import ChatSettings
+
+    choice, drafter = choose_models(target, opts)
+    if opts["draft_min"] > opts["draft_max"]:
+        raise BadInput(f"--draft-min ({opts['draft_min']}) is larger than --draft-max ({opts['draft_max']})")
+    ctx = click.get_current_context(silent=True)
+    explicit_k = bool(ctx and ctx.get_parameter_source("draft_max") == click.core.ParameterSource.COMMANDLINE)
+    settings = ChatSettings(
+        drafter=drafter, adaptive=not (opts["fixed_k"] or explicit_k), draft_max=opts["draft_max"],
+        draft_min=opts["draft_min"], p_min=opts["p_min"], temperature=opts["temp"], top_k=opts["top_k"],
+        top_p=opts["top_p"], min_p=opts["min_p"], seed=opts["seed"], draft_temperature=opts["draft_temp"],
+        max_tokens=opts["max_tokens"])
+    settings.validate()
+    from ..tui.app import LocalspecApp
+    from ..tui.session import ChatSession
+
+    session = ChatSession(choice, settings, system=opts["system"])
+    app = LocalspecApp(session, save_dir=opts["save_dir"])
+    app.run()
+    if app.return_code:
+        raise SystemExit(app.return_code)

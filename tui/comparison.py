@@ -1,0 +1,91 @@
+"""Target alone vs speculative on the same prompt: the result, as JSON and Markdown. No textual.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..engine.events import Done
+
+
+@dataclass
+class ComparisonResult:
+    prompt: str
+    max_tokens: int
+    greedy: bool
+    base: Done                       # the target alone
+    spec: Done                       # speculative
+    models: dict = field(default_factory=dict)
+    sampling: dict = field(default_factory=dict)
+    policy: dict = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float:
+        b = self.base.summary.tokens_per_second
+        return self.spec.summary.tokens_per_second / b if b else 0.0
+
+    @property
+    def identical(self) -> bool | None:
+        """Token for token equal (greedy only; sampled runs take different draws)."""
+        if not self.greedy:
+            return None
+        return list(self.base.token_ids) == list(self.spec.token_ids)
+
+    @property
+    def first_difference(self) -> int | None:
+        a, b = self.base.token_ids, self.spec.token_ids
+        if list(a) == list(b):
+            return None
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+    def outputs_line(self) -> str:
+        same = self.identical
+        if same is None:
+            return "not compared (sampling: same distribution, different draws; greedy gives a token check)"
+        if same:
+            return f"identical ({len(self.spec.token_ids)} tokens)"
+        return f"DIFFERENT from token {self.first_difference}"
+
+    def to_dict(self) -> dict:
+        return {
+            "prompt": self.prompt, "max_tokens": self.max_tokens, "greedy": self.greedy,
+            "speedup": self.speedup, "identical": self.identical,
+            "target_only": self.base.summary.to_dict() | {"text": self.base.text,
+                                                           "token_ids": list(self.base.token_ids)},
+            "speculative": self.spec.summary.to_dict() | {"text": self.spec.text,
+                                                           "token_ids": list(self.spec.token_ids)},
+            "models": self.models, "sampling": self.sampling, "policy": self.policy,
+        }
+
+    def to_markdown(self) -> str:
+        b, s = self.base.summary, self.spec.summary
+        t = self.models.get("target", {}).get("model", "?")
+        d = self.models.get("draft", {}).get("model") or self.models.get("drafter", "?")
+        lines = [
+            "# localspec comparison", "",
+            f"- target: {t}", f"- drafter: {d}",
+            f"- prompt: {self.prompt!r}", f"- max tokens: {self.max_tokens}, "
+            f"{'greedy' if self.greedy else 'sampling'}", "",
+            "| run | tokens | tok/s | first token (s) | acceptance | tokens/step |",
+            "|---|---:|---:|---:|---:|---:|",
+            f"| target only | {b.n_generated} | {b.tokens_per_second:.1f} | {b.time_to_first_token:.3f} | - | "
+            f"{b.tokens_per_step:.2f} |",
+            f"| speculative | {s.n_generated} | {s.tokens_per_second:.1f} | {s.time_to_first_token:.3f} | "
+            f"{s.acceptance_rate:.1%} | {s.tokens_per_step:.2f} |", "",
+            f"**speed-up: {self.speedup:.2f}x**; outputs {self.outputs_line()}.", "",
+            "## Speculative output", "", "```text", self.spec.text, "```", "",
+        ]
+        return "\n".join(lines)
+
+    def save(self, folder: Path, stem: str | None = None) -> tuple[Path, Path]:
+        """Write ``<stem>.json`` and ``<stem>.md`` into ``folder``; return both paths."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = stem or time.strftime("localspec-compare-%Y%m%d-%H%M%S")
+        j, m = folder / f"{stem}.json", folder / f"{stem}.md"
+        j.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        m.write_text(self.to_markdown(), encoding="utf-8")
+        return j, m

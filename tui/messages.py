@@ -1,0 +1,105 @@
+"""Messages from the worker threads to the UI.
+
+Generation and pull progress is coalesced by :mod:`.worker`: a message carries everything
+that happened since the previous one (text segments, a statistics snapshot, the latest
+byte counts), and at most ``1 / interval`` of them are posted per second.
+"""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from ..engine.events import Done
+from .live import LiveStats, Segment
+from .session import ModelSummary
+
+# -- the engine ---------------------------------------------------------------------------
+
+class EngineLoading(Message):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class EngineReady(Message):
+    def __init__(self, summary: ModelSummary) -> None:
+        super().__init__()
+        self.summary = summary
+
+
+class EngineFailed(Message):
+    def __init__(self, error: str, details: str = "") -> None:
+        super().__init__()
+        self.error = error
+        self.details = details
+
+
+# -- generation ---------------------------------------------------------------------------
+
+class GenerationProgress(Message):
+    """Text and statistics since the previous progress message of the same job."""
+
+    def __init__(self, job: str, segments: list[Segment], stats: LiveStats) -> None:
+        super().__init__()
+        self.job = job
+        self.segments = segments
+        self.stats = stats
+
+
+class GenerationFinished(Message):
+    """The last message of a job that ran to its end (or was stopped)."""
+
+    def __init__(self, job: str, segments: list[Segment], stats: LiveStats, done: Done,
+                 estimates: dict, steps_after_stop: int) -> None:
+        super().__init__()
+        self.job = job
+        self.segments = segments
+        self.stats = stats
+        self.done = done
+        self.estimates = estimates
+        self.steps_after_stop = steps_after_stop
+
+
+class GenerationFailed(Message):
+    """The last message of a job that raised (context overflow, a broken template...)."""
+
+    def __init__(self, job: str, segments: list[Segment], stats: LiveStats, error: str) -> None:
+        super().__init__()
+        self.job = job
+        self.segments = segments
+        self.stats = stats
+        self.error = error
+
+
+# -- pulling ------------------------------------------------------------------------------
+
+class PullStatus(Message):
+    def __init__(self, text: str, files: list[tuple[str, int]] | None = None) -> None:
+        super().__init__()
+        self.text = text
+        self.files = files or []      # (progress label, bytes) of every file, once the plan is known
+
+
+class PullProgress(Message):
+    """Latest (done, total) bytes of every file that moved since the previous message."""
+
+    def __init__(self, progress: dict[str, tuple[int, int]]) -> None:
+        super().__init__()
+        self.progress = progress
+
+
+class PullFinished(Message):
+    def __init__(self, target: str, draft: str | None, target_path: str, draft_path: str | None) -> None:
+        super().__init__()
+        self.target = target
+        self.draft = draft
+        self.target_path = target_path
+        self.draft_path = draft_path
+
+
+class PullFailed(Message):
+    def __init__(self, error: str, details: str = "", cancelled: bool = False) -> None:
+        super().__init__()
+        self.error = error
+        self.details = details
+        self.cancelled = cancelled

@@ -1,0 +1,1 @@
+"""Screens of the app, one per module."""

@@ -1,0 +1,269 @@
+"""The chat screen: the conversation, the live gauges and the model panel."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static
+
+from ...engine.events import StopReason
+from ...errors import LocalspecError
+from ..live import LiveStats
+from ..messages import GenerationFailed, GenerationFinished, GenerationProgress
+from ..widgets.chat_log import ChatLog, MessageView, OriginLegend
+from ..widgets.gauges import GaugePanel
+from ..widgets.model_panel import ModelPanel
+from ..worker import GenerationJob
+
+if TYPE_CHECKING:
+    from ..app import LocalspecApp
+
+JOB = "chat"
+IDLE_SYSTEM_INTERVAL = 1.0     # memory and CPU while nothing is generated
+
+
+class ChatScreen(Screen):
+    BINDINGS = [
+        Binding("escape", "stop", "Stop", priority=True),
+        Binding("ctrl+n", "new_chat", "New chat", priority=True),
+        Binding("ctrl+y", "copy_answer", "Copy answer", priority=True),
+        Binding("ctrl+t", "toggle_colour", "Colours", priority=True),
+    ]
+
+    app: LocalspecApp
+
+    def __init__(self) -> None:
+        super().__init__(id="chat-screen")
+        self.job: GenerationJob | None = None
+        self.answer: MessageView | None = None
+        self.colour = True
+        self.stats = LiveStats()
+        self.last_done = None
+        self.last_finish: GenerationFinished | None = None
+        self._new_chat_pending = False
+        self._system_at = 0.0
+        self._gauges_at = 0.0
+        self._progress_at = 0.0
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="chat-body"):
+            with Vertical(id="conversation"):
+                yield ChatLog(id="chat-log")
+                yield OriginLegend(id="legend")
+                yield Input(placeholder="Ask something and press Enter", id="prompt")
+                yield Static("", id="status", markup=False)
+            with VerticalScroll(id="sidebar"):
+                yield GaugePanel(id="gauges")
+                panel = ModelPanel(id="model-panel", classes="gauge")
+                panel.border_title = "models"
+                yield panel
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "engine_state", self._engine_changed)
+        self.watch(self.app, "status_text", self._engine_changed)
+        self.set_interval(self.app.gauge_interval, self.tick)
+        self.refresh_system()
+        self.query_one(GaugePanel).show_stats(LiveStats(drafter=self.app.session.settings.drafter, phase="idle"))
+        self.query_one("#prompt", Input).focus()
+
+    # -- state shown ------------------------------------------------------------------
+    def tick(self) -> None:
+        """The gauge timer. While generating, the gauges ride on the progress messages; the
+        timer only steps in when those are late (a slow step), so it adds no frames."""
+        if self.job is None:
+            self.refresh_system(every=IDLE_SYSTEM_INTERVAL)
+        elif time.monotonic() - self._progress_at > 2 * self.app.gauge_interval:
+            self.refresh_gauges()
+
+    def refresh_system(self, every: float | None = None) -> None:
+        """Sample memory and CPU (with the gauges while generating, so the samples ride on
+        frames drawn anyway; once a second while idle)."""
+        now = time.monotonic()
+        if now - self._system_at < (every if every is not None else self.app.gauge_interval) * 0.9:
+            return
+        self._system_at = now
+        self.query_one(GaugePanel).show_system(self.app.system_stats())
+
+    def _engine_changed(self, _=None) -> None:
+        app = self.app
+        self.query_one(ModelPanel).show(app.session.summary if app.engine_state == "ready" else None,
+                                        app.status_text)
+        self.sub_title = app.session.choice.label()
+        self.show_status()
+
+    def show_status(self, text: str | None = None) -> None:
+        app = self.app
+        if text is None:
+            if self.job is not None:
+                text = "generating · Esc stops"
+            elif app.engine_state == "ready":
+                text = f"ready · {app.session.settings.describe()}"
+            else:
+                text = app.status_text
+        self.query_one("#status", Static).update(text, layout=False)
+
+    # -- sending ----------------------------------------------------------------------
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "prompt":
+            return
+        event.stop()
+        text = event.value.strip()
+        if not text:
+            return
+        self.send(text)
+
+    def send(self, text: str) -> bool:
+        app = self.app
+        if self.job is not None:
+            self.notify("still answering: press Esc to stop first", severity="warning")
+            return False
+        if app.engine_state == "loading":
+            self.notify("the models are still loading", severity="warning")
+            return False
+        if app.engine_state != "ready" or not app.session.loaded:
+            self.notify("no model is loaded: pick a pair with F3 (models)", severity="error")
+            return False
+        if app.busy:
+            self.notify("the engine is busy (a comparison is running)", severity="warning")
+            return False
+        session = app.session
+        settings = session.settings
+        prompt = self.query_one("#prompt", Input)
+        log = self.query_one(ChatLog)
+        try:
+            tokens = session.begin_turn(text)
+        except LocalspecError as exc:
+            self.notify(str(exc), title="cannot send", severity="error")
+            return False
+        prompt.value = ""
+        self.answer = log.add_turn(text, self.colour)
+        log.call_after_refresh(log.scroll_end, animate=False)
+        speculative = settings.drafter != "none"
+        policy = settings.policy() if speculative else None
+        self.job = GenerationJob(
+            self, JOB, lambda cancel: session.stream(tokens, settings, cancel, policy=policy),
+            drafter=settings.drafter, interval=app.stream_interval(), clock=app.clock,
+            estimates=policy.estimates if policy is not None else None)
+        app.start_job(self.job)
+        prompt.cursor_blink = False    # one thing less to redraw while tokens stream
+        self.show_status()
+        return True
+
+    # -- messages from the worker --------------------------------------------------------
+    def on_generation_progress(self, msg: GenerationProgress) -> None:
+        if msg.job != JOB or self.answer is None:
+            return
+        self._progress_at = time.monotonic()
+        if self.answer.append(msg.segments):
+            self.query_one(ChatLog).follow()
+        self.stats = msg.stats
+        self.refresh_gauges()
+
+    def refresh_gauges(self) -> None:
+        """Gauges at most every ``gauge_interval`` (5 a second): text streams at the message
+        rate, the gauges ride on some of those frames, which keeps the app's own cost low."""
+        now = time.monotonic()
+        if now - self._gauges_at < self.app.gauge_interval * 0.9:
+            return
+        self._gauges_at = now
+        self.query_one(GaugePanel).show_stats(self.stats)
+        self.refresh_system()
+
+    def on_generation_finished(self, msg: GenerationFinished) -> None:
+        if msg.job != JOB:
+            return
+        done = msg.done
+        if self.answer is not None:
+            self.answer.append(msg.segments)
+            self.answer.streaming = False
+            self.query_one(ChatLog).follow()
+        self.stats = msg.stats
+        self.query_one(GaugePanel).show_stats(msg.stats)
+        self.app.session.end_turn(done.text)
+        self.last_done, self.last_finish = done, msg
+        s = done.summary
+        stopped = done.stop_reason == StopReason.CANCELLED
+        line = (f"{'stopped' if stopped else 'answered'}: {s.n_generated} tokens, "
+                f"{s.tokens_per_second:.1f} tok/s, first token {s.time_to_first_token:.2f} s "
+                f"({done.stop_reason.value})")
+        self._end_job()
+        self.show_status(line)
+        if done.message:
+            self.notify(done.message, title="answer cut short", severity="warning", timeout=8)
+
+    def on_generation_failed(self, msg: GenerationFailed) -> None:
+        if msg.job != JOB:
+            return
+        if self.answer is not None:
+            self.answer.append(msg.segments)
+            self.answer.streaming = False
+        self.stats = msg.stats
+        self.query_one(GaugePanel).show_stats(msg.stats)
+        partial = self.answer.plain if self.answer is not None else ""
+        session = self.app.session
+        if partial:
+            session.end_turn(partial)
+        else:
+            session.abandon_turn()
+            if self.answer is not None:
+                self.answer.remove()
+        self.query_one(ChatLog).add_note(f"✗ {msg.error}", "error")
+        self._end_job()
+        self.show_status(f"failed: {msg.error}")
+        self.notify(msg.error, title="generation failed", severity="error", timeout=10)
+
+    def _end_job(self) -> None:
+        job, self.job = self.job, None
+        self.answer = None
+        self.query_one("#prompt", Input).cursor_blink = True
+        self.app.job_finished(job)
+        if self._new_chat_pending:
+            self._new_chat_pending = False
+            self.action_new_chat()
+
+    # -- actions ----------------------------------------------------------------------
+    def action_stop(self) -> None:
+        if self.job is None:
+            return
+        self.job.stop()
+        self.show_status("stopping...")
+
+    def action_new_chat(self) -> None:
+        if self.job is not None:
+            self._new_chat_pending = True
+            self.job.stop()
+            return
+        self.app.session.new_chat()
+        self.query_one(ChatLog).clear_log()
+        self.stats = LiveStats(drafter=self.app.session.settings.drafter, phase="idle")
+        self.query_one(GaugePanel).show_stats(self.stats)
+        self.show_status()
+        self.notify("new chat", timeout=2)
+
+    def action_copy_answer(self) -> None:
+        text = self.app.session.last_answer()
+        if not text:
+            self.notify("no answer to copy yet", severity="warning")
+            return
+        self.app.copy_to_clipboard(text)
+        self.notify(f"copied the last answer ({len(text)} characters)", timeout=3)
+
+    def action_toggle_colour(self) -> None:
+        self.colour = not self.colour
+        self.query_one(ChatLog).set_colour(self.colour)
+        self.query_one(OriginLegend).set_class(not self.colour, "-off")
+        self.notify(f"token colours {'on' if self.colour else 'off'}", timeout=2)
+
+    def reset_conversation(self) -> None:
+        """New models: forget the conversation shown."""
+        self.query_one(ChatLog).clear_log()
+        self.stats = LiveStats(drafter=self.app.session.settings.drafter, phase="idle")
+        self.query_one(GaugePanel).show_stats(self.stats)
+

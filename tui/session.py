@@ -1,0 +1,264 @@
+"""The chat core: which models, the loaded engine, the conversation. No textual here.
+
+The app drives a :class:`ChatSession` from worker threads (loading, generating) and reads
+plain data back (:class:`ModelSummary`), so the UI never touches llama.cpp objects and the
+core can be tested without a terminal.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..engine import Engine, EngineConfig
+from ..errors import BadInput, LocalspecError
+from .chat_settings import ChatSettings
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The models to chat with, and how to load them."""
+
+    target: str | None = None        # a .gguf path; None with demo
+    draft: str | None = None
+    demo: bool = False               # the built-in SmolLM2 pair, prepared on first use
+    n_ctx: int = 4096
+    threads: int | None = None
+    gpu_layers: int | None = None
+    gpu_layers_draft: int | None = None
+    cache_type: str = "f16"
+    target_name: str | None = None   # how the user knows them (store names), for display
+    draft_name: str | None = None
+
+    def label(self) -> str:
+        if self.demo:
+            return "demo pair (SmolLM2-135M-Instruct F16 + Q4_1)"
+        t = self.target_name or (Path(self.target).name if self.target else "?")
+        if self.draft:
+            return f"{t} + {self.draft_name or Path(self.draft).name}"
+        return t
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """What the model panel shows about one loaded model."""
+
+    role: str
+    name: str
+    description: str
+    quant: str
+    size_bytes: int
+    n_params: int
+    n_layer: int
+    gpu_layers: int
+    backend: str
+    path: str
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    target: ModelCard
+    draft: ModelCard | None
+    drafter: str
+    compat: str                      # the tokenizer verdict, one line
+    compatible: bool | None          # None: no draft model to check
+    n_ctx: int
+    threads: int
+
+
+_FTYPE_NAMES: dict[int, str] | None = None
+
+
+def quant_of(path: str, description: str = "") -> str:
+    """The quantization of a GGUF file from its metadata (F16, Q4_K_M, ...)."""
+    global _FTYPE_NAMES
+    if _FTYPE_NAMES is None:
+        from ..quantize import FTYPES
+
+        _FTYPE_NAMES = {v: k for k, v in FTYPES.items()}
+    try:
+        from ..gguf_meta import read_metadata
+
+        ftype = read_metadata(path).file_type
+    except (LocalspecError, OSError):
+        ftype = None
+    if ftype is not None and ftype in _FTYPE_NAMES:
+        return _FTYPE_NAMES[ftype]
+    # llama.cpp's own description: "llama 1B Q4_K - Medium", "llama 135M Q8_0", "llama ?B all F32"
+    m = re.search(r"\b(I?Q\d\w*?)(?: - (Small|Medium|Large))?$", description or "")
+    if m:
+        return m.group(1) + (f"_{m.group(2)[0]}" if m.group(2) else "")
+    return description.split()[-1] if description else "?"
+
+
+def _store_names() -> dict[str, str]:
+    try:
+        from ..store import Store
+
+        return {str(Path(m.path)): m.name for m in Store().models()}
+    except (LocalspecError, OSError):
+        return {}
+
+
+def card(role: str, model, name: str | None = None) -> ModelCard:
+    info = model.info
+    return ModelCard(role=role, name=name or Path(info.path).name, description=info.description,
+                     quant=quant_of(info.path, info.description), size_bytes=info.size_bytes,
+                     n_params=info.n_params, n_layer=info.n_layer, gpu_layers=info.gpu_layers,
+                     backend=info.backend, path=info.path)
+
+
+class ChatSession:
+    """Models, settings and conversation of one chat; the engine it loads lives here."""
+
+    def __init__(self, choice: ModelChoice, settings: ChatSettings | None = None, *,
+                 system: str | None = None, engine_factory: Callable[[EngineConfig], Engine] = Engine,
+                 demo_pair: Callable | None = None):
+        self.choice = choice
+        self.settings = settings or ChatSettings()
+        self.system = system
+        self.messages: list[dict] = []
+        self.engine: Engine | None = None
+        self.summary: ModelSummary | None = None
+        self._factory = engine_factory
+        self._demo_pair = demo_pair
+        self._engine_drafter: str | None = None
+        self.resolved: ModelChoice | None = None   # the choice with paths, once loaded
+        self._lock = threading.Lock()
+
+    # -- models -----------------------------------------------------------------------
+    def resolve(self, progress: Progress | None = None) -> ModelChoice:
+        """Turn a demo choice into paths (making the demo's F16 target the first time)."""
+        if not self.choice.demo:
+            return self.choice
+        pair = self._demo_pair
+        if pair is None:
+            from ..demo import demo_pair as pair
+        target, draft = pair(progress=progress)
+        return replace(self.choice, target=str(target), draft=str(draft),
+                       target_name="SmolLM2-135M F16 (demo)",
+                       draft_name="SmolLM2-135M Q4_1 (demo)")
+
+    def load(self, progress: Progress | None = None) -> ModelSummary:
+        """Load (or reload) the engine for the current choice and drafter. Blocking."""
+        with self._lock:
+            choice = self.resolve(progress)
+            if not choice.target:
+                raise BadInput("no target model: pick a pair in the models screen")
+            drafter = self.settings.drafter
+            if drafter == "model" and not choice.draft:
+                raise BadInput("this choice has no draft model: pick a pair in the models screen, "
+                               "or choose n-gram or no drafting in the settings")
+            config = EngineConfig(
+                target=choice.target, draft=choice.draft if drafter == "model" else None,
+                drafter=drafter, n_ctx=choice.n_ctx, threads=choice.threads, gpu_layers=choice.gpu_layers,
+                gpu_layers_draft=choice.gpu_layers_draft, cache_type=choice.cache_type,
+                drafting=self.settings.drafting())
+            if progress:
+                progress(f"loading {choice.label()}...")
+            self._close_engine()
+            engine = self._factory(config)
+            self.engine = engine
+            self._engine_drafter = drafter
+            self.resolved = choice
+            self.summary = self._summarise(engine, choice, drafter)
+            return self.summary
+
+    def _summarise(self, engine, choice: ModelChoice, drafter: str) -> ModelSummary:
+        names = _store_names()
+        t_name = choice.target_name or names.get(str(Path(choice.target)))
+        target = card("target", engine.target_model, t_name)
+        draft = None
+        if getattr(engine, "draft_model", None) is not None:
+            d_name = choice.draft_name or names.get(str(Path(choice.draft)))
+            draft = card("draft", engine.draft_model, d_name)
+        report = getattr(engine, "compat", None)
+        if report is not None:
+            compat, ok = report.summary(), report.compatible
+        elif drafter == "ngram":
+            compat, ok = "n-gram drafting: no draft model, nothing to check", None
+        else:
+            compat, ok = "target only: no draft model, nothing to check", None
+        desc = engine.describe()
+        return ModelSummary(target=target, draft=draft, drafter=drafter, compat=compat, compatible=ok,
+                            n_ctx=int(desc.get("n_ctx", choice.n_ctx)), threads=int(desc.get("threads", 0)))
+
+    def needs_reload(self, settings: ChatSettings) -> bool:
+        """Whether new settings need the engine rebuilt (a different drafter)."""
+        return self.engine is None or settings.drafter != self._engine_drafter
+
+    def check_settings(self, settings: ChatSettings) -> None:
+        """Refuse settings the current models cannot honour."""
+        settings.validate()
+        if settings.drafter == "model" and not (self.choice.draft or self.choice.demo):
+            raise BadInput("drafter 'model' needs a draft model: pick a pair in the models screen")
+
+    def set_choice(self, choice: ModelChoice) -> None:
+        self.choice = choice
+        self.messages.clear()
+
+    @property
+    def loaded(self) -> bool:
+        return self.engine is not None
+
+    # -- conversation -----------------------------------------------------------------
+    def new_chat(self) -> None:
+        self.messages.clear()
+
+    def _chat(self) -> list[dict]:
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + self.messages
+
+    def begin_turn(self, text: str) -> list[int]:
+        """Add the user's message and return the prompt tokens (the whole conversation)."""
+        if self.engine is None:
+            raise BadInput("no model is loaded yet")
+        self.messages.append({"role": "user", "content": text})
+        try:
+            return self.engine.chat_prompt(self._chat())
+        except Exception:
+            self.messages.pop()
+            raise
+
+    def end_turn(self, answer: str) -> None:
+        self.messages.append({"role": "assistant", "content": answer})
+
+    def abandon_turn(self) -> None:
+        """Drop the last user message (its answer failed before any text)."""
+        if self.messages and self.messages[-1]["role"] == "user":
+            self.messages.pop()
+
+    def last_answer(self) -> str | None:
+        for m in reversed(self.messages):
+            if m["role"] == "assistant":
+                return m["content"]
+        return None
+
+    # -- generation -------------------------------------------------------------------
+    def stream(self, tokens: list[int], settings: ChatSettings, cancel: threading.Event,
+               *, speculative: bool | None = None, policy=None) -> Iterator:
+        """Engine events for one generation with these settings."""
+        engine = self.engine
+        if engine is None:
+            raise BadInput("no model is loaded yet")
+        spec = settings.drafter != "none" if speculative is None else speculative
+        if spec and policy is None:
+            policy = settings.policy()
+        return engine.generate(tokens, sampling=settings.sampling(), max_tokens=settings.max_tokens,
+                               speculative=spec, policy=policy, cancel=cancel)
+
+    def _close_engine(self) -> None:
+        if self.engine is not None:
+            engine, self.engine = self.engine, None
+            self.summary = None
+            engine.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_engine()
+

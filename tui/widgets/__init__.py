@@ -1,0 +1,1 @@
+"""Widgets of the app, one per module."""
