@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from tiny_gguf import TinySpec
-from tiny_recurrent import (ARCHS, RecurrentSpec, RecurrentZoo, bigram_sigma, hybrid_spec,
-                            mamba_spec)
+from tiny_recurrent import (ARCHS, RecurrentSpec, RecurrentZoo, bigram_sigma)
 
 from localspec.compat import check_files
 from localspec.engine.backend import Context, Model, init_backend

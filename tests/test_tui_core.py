@@ -1,0 +1,344 @@
+"""The TUI's UI-free core: live statistics, settings parsing, system gauges (NVML faked), the
+comparison's files, the chat command's model choice, and the worker's messages and bounds."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from localspec.tui.chat_settings import (
+    ChatSettings,
+    SettingError,
+    form_values,
+    parse_settings,
+)
+from localspec.tui.comparison import ComparisonResult
+from localspec.tui.format import bar, printable
+from localspec.tui.live import Accumulator
+from localspec.tui.messages import (
+    GenerationFailed,
+    GenerationFinished,
+    GenerationProgress,
+)
+from localspec.tui.system_stats import SystemMonitor
+from localspec.tui.worker import GenerationJob
+from test_tui_support import FakeClock, FakeEngine
+
+from localspec.engine import EngineConfig
+from localspec.engine.events import (
+    Done,
+    Origin,
+    PolicyNote,
+    PromptProcessed,
+    Step,
+    StopReason,
+    Summary,
+    TextChunk,
+    Token,
+)
+from localspec.errors import BadInput
+
+# -- live statistics ----------------------------------------------------------------------
+
+def test_accumulator_folds_events_into_stats_and_segments():
+    clock = FakeClock()
+    acc = Accumulator(drafter="model", clock=clock, window=1.0)
+    clock.now += 0.5
+    acc.feed(PromptProcessed(30, 10, 0.5))
+    clock.now += 0.1
+    for text, origin in (("a", Origin.DRAFT), ("b", Origin.DRAFT), ("c", Origin.TARGET)):
+        acc.feed(Token(1, text, origin))
+    acc.feed(Step(0, 4, 4, 2, 3, 0.02, 0.08, True))
+    assert acc.take_segments() == [("ab", "draft"), ("c", "target")]   # merged by origin
+    assert acc.take_segments() == []
+    st = acc.snapshot()
+    assert st.phase == "generating" and st.tokens == 3 and st.prompt_tokens == 30 and st.cached_tokens == 10
+    assert st.ttft == pytest.approx(0.6)
+    assert st.rate == pytest.approx(3 / 0.1)
+    assert st.acceptance == pytest.approx(0.5) and st.accepted_per_step == 2 and st.tokens_per_step == 3
+    assert st.draft_share == pytest.approx(0.2) and st.k == 4 and st.drafting
+    # The rate is over the recent window: old tokens drop out of it.
+    clock.now += 2.0
+    for _ in range(4):
+        acc.feed(Token(1, "x", Origin.BONUS))
+    acc.feed(PolicyNote(False, 0, "drafting paused because"))
+    acc.feed(TextChunk("tail"))
+    st = acc.snapshot()
+    assert st.rate == pytest.approx(4 / 2.0) and not st.drafting and st.policy_reason == "drafting paused because"
+    assert len(st.history) == 2
+    assert acc.take_segments() == [("xxxx", "bonus"), ("tail", "text")]
+    summary = Summary(n_generated=7, generation_seconds=2.2, tokens_per_second=3.18)
+    acc.feed(Done(summary, "abcxxxxtail", (1,) * 7, StopReason.CANCELLED))
+    st = acc.snapshot()
+    assert st.phase == "stopped" and st.rate == 3.18 and st.elapsed == 2.2
+
+
+def test_printable_keeps_the_terminal_safe():
+    assert printable("a\x1b[31mb\x00\tc\nd\x7f\x9b") == "a␛[31mb␀\tc\nd␡\ufffd"
+    assert bar(0.5, 4) == "██  " and bar(None, 3) == "   " and bar(1.0, 2) == "██"
+
+
+# -- settings -----------------------------------------------------------------------------
+
+def test_settings_parse_refuse_and_round_trip():
+    good = form_values(ChatSettings())
+    s = parse_settings(good, drafter="ngram", adaptive=False)
+    assert s == ChatSettings(drafter="ngram", adaptive=False)
+    assert s.drafting().fixed_k and s.sampling().top_k == 40
+    assert parse_settings(good | {"p_min": "0.3", "seed": "7", "draft_temperature": "0"}, drafter="model",
+                          adaptive=True).policy().p_min == 0.3
+    cases = {
+        "temperature": ("-1", "temperature must be >= 0"),
+        "top_p": ("0", "top-p must be in (0, 1]"),
+        "min_p": ("1", "min-p must be in [0, 1)"),
+        "top_k": ("2.5", "top-k: '2.5' is not a whole number"),
+        "draft_max": ("0", "draft max must be at least 1"),
+        "p_min": ("1.2", "p_min must be in [0, 1)"),
+        "seed": ("-3", "seed must be >= 0"),
+        "max_tokens": ("", "max tokens: a value is needed"),
+        "draft_temperature": ("nan", "is not a finite number"),
+    }
+    for field, (value, message) in cases.items():
+        with pytest.raises(SettingError) as exc:
+            parse_settings(good | {field: value}, drafter="model", adaptive=True)
+        assert exc.value.field == field and message in str(exc.value)
+    with pytest.raises(SettingError) as exc:
+        parse_settings(good | {"draft_min": "5", "draft_max": "3"}, drafter="model", adaptive=True)
+    assert exc.value.field == "draft_min"
+    assert ChatSettings(drafter="none", temperature=0).describe().startswith("target only · greedy")
+
+
+# -- system gauges ------------------------------------------------------------------------
+
+class FakeNvml:
+    def __init__(self, n=2, fail=None):
+        self.n, self.fail, self.shut = n, fail, False
+
+    def nvmlInit(self):
+        if self.fail:
+            raise RuntimeError(self.fail)
+
+    def nvmlDeviceGetCount(self):
+        return self.n
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(used=(h + 1) * 1_000_000_000, total=80_000_000_000)
+
+    def nvmlDeviceGetName(self, h):
+        return b"NVIDIA H100"
+
+    def nvmlShutdown(self):
+        self.shut = True
+
+
+def test_system_monitor_reads_vram_per_gpu_and_says_when_there_is_none():
+    nv = FakeNvml()
+    mon = SystemMonitor(nvml=nv)
+    st = mon.sample()
+    assert [(g.index, g.name, g.used, g.total) for g in st.gpus] == [
+        (0, "NVIDIA H100", 1_000_000_000, 80_000_000_000), (1, "NVIDIA H100", 2_000_000_000, 80_000_000_000)]
+    assert st.gpu_note == "" and st.ram_total > 0 and st.process_rss > 0 and st.cpu_count >= 1
+    mon.close()
+    assert nv.shut
+    st = SystemMonitor(nvml=FakeNvml(fail="NVML Shared Library Not Found")).sample()
+    assert st.gpus == () and st.gpu_note == "no NVIDIA GPU (NVML Shared Library Not Found): models run in RAM"
+    assert SystemMonitor(nvml=FakeNvml(n=0)).sample().gpu_note == "no NVIDIA GPU found; models run in RAM"
+    # The real NVML on this machine: whatever it finds, sampling never raises.
+    real = SystemMonitor().sample()
+    assert real.gpus or real.gpu_note
+
+
+# -- the comparison -----------------------------------------------------------------------
+
+def _done(ids, tps, ttft, drafted=0, accepted=0):
+    s = Summary(n_generated=len(ids), tokens_per_second=tps, time_to_first_token=ttft, drafted=drafted,
+                accepted=accepted, acceptance_rate=accepted / drafted if drafted else 0.0,
+                tokens_per_step=1.5, drafter="model" if drafted else "none")
+    return Done(s, "text " * len(ids), tuple(ids), StopReason.MAX_TOKENS)
+
+
+def test_comparison_result_json_and_markdown(tmp_path):
+    r = ComparisonResult("Hi", 3, True, _done([1, 2, 3], 50.0, 0.1), _done([1, 2, 3], 80.0, 0.12, 4, 3),
+                         models={"target": {"model": "llama 1B Q4_K - Medium"}, "drafter": "model"})
+    assert r.speedup == pytest.approx(1.6) and r.identical is True and r.outputs_line() == "identical (3 tokens)"
+    j, m = r.save(tmp_path, "run")
+    data = json.loads(j.read_text())
+    assert data["speedup"] == pytest.approx(1.6) and data["identical"] is True
+    assert data["target_only"]["token_ids"] == [1, 2, 3] and data["speculative"]["tokens_per_second"] == 80.0
+    md = m.read_text()
+    assert "**speed-up: 1.60x**" in md and "| speculative | 3 | 80.0 | 0.120 | 75.0% |" in md
+    diff = ComparisonResult("Hi", 3, True, _done([1, 2, 3], 50.0, 0.1), _done([1, 9, 3], 80.0, 0.1, 4, 3))
+    assert diff.identical is False and diff.outputs_line() == "DIFFERENT from token 1"
+    sampled = ComparisonResult("Hi", 3, False, _done([1], 1.0, 0.1), _done([2], 1.0, 0.1, 1, 0))
+    assert sampled.identical is None and sampled.outputs_line().startswith("not compared")
+
+
+# -- the worker ---------------------------------------------------------------------------
+
+class Sink:
+    """Collects posted messages, from any thread."""
+
+    def __init__(self):
+        self.messages = []
+        self.lock = threading.Lock()
+
+    def post_message(self, msg):
+        with self.lock:
+            self.messages.append((time.monotonic(), msg))
+        return True
+
+
+def test_generation_job_coalesces_at_a_bounded_rate():
+    """A fast engine (thousands of events a second) gives at most ~10 messages a second."""
+    def events(cancel):
+        yield PromptProcessed(5, 0, 0.0)
+        t_end = time.monotonic() + 0.65
+        n = 0
+        while time.monotonic() < t_end:
+            n += 1
+            yield Token(n, "x", Origin.DRAFT)
+            yield Step(n, 1, 1, 1, 1, 0.0, 0.0, True)
+        yield Done(Summary(n_generated=n, tokens_per_second=1000.0), "x" * n, tuple(range(n)), StopReason.MAX_TOKENS)
+
+    sink = Sink()
+    job = GenerationJob(sink, "t", events, drafter="model", interval=0.1).start()
+    assert job.join(5)
+    kinds = [type(m) for _, m in sink.messages]
+    assert kinds[-1] is GenerationFinished and kinds.count(GenerationFinished) == 1
+    progress = [m for _, m in sink.messages if isinstance(m, GenerationProgress)]
+    assert 3 <= len(progress) <= 8          # ~0.65 s at 10 a second
+    last = sink.messages[-1][1]
+    text = "".join(t for m in progress for t, _ in m.segments) + "".join(t for t, _ in last.segments)
+    assert text == last.done.text          # nothing lost, nothing doubled
+    assert last.stats.tokens == len(last.done.token_ids) > 1000
+
+
+def test_generation_job_stop_and_failure():
+    started = threading.Event()
+
+    def endless(cancel):
+        yield PromptProcessed(5, 0, 0.0)
+        n = 0
+        while not cancel.is_set():
+            n += 1
+            started.set()
+            yield Token(n, "y", Origin.TARGET)
+            time.sleep(0.001)
+            yield Step(n, 0, 0, 0, 1, 0.0, 0.001, False)
+        yield Done(Summary(n_generated=n), "y" * n, tuple(range(n)), StopReason.CANCELLED)
+
+    sink = Sink()
+    job = GenerationJob(sink, "t", endless, interval=0.05).start()
+    assert started.wait(5)
+    job.stop()
+    assert job.join(5) and not job.alive
+    last = sink.messages[-1][1]
+    assert isinstance(last, GenerationFinished) and last.done.stop_reason == StopReason.CANCELLED
+    assert last.steps_after_stop <= 1 and last.stats.phase == "stopped"
+
+    def broken(cancel):
+        yield PromptProcessed(5, 0, 0.0)
+        yield Token(1, "z", Origin.TARGET)
+        raise BadInput("the prompt is 9000 tokens but the context holds 4096")
+
+    sink = Sink()
+    job = GenerationJob(sink, "t", broken, interval=0.05).start()
+    assert job.join(5)
+    last = sink.messages[-1][1]
+    assert isinstance(last, GenerationFailed) and "context holds 4096" in last.error
+    assert last.segments == [("z", "target")] and last.stats.phase == "failed"
+
+    def crash(cancel):
+        raise ZeroDivisionError("boom")
+        yield  # pragma: no cover
+
+    sink = Sink()
+    GenerationJob(sink, "t", crash, interval=None).start().join(5)
+    assert sink.messages[-1][1].error == "unexpected error: ZeroDivisionError: boom"
+
+
+# -- the session ---------------------------------------------------------------------------
+
+def test_session_turns_settings_and_reload_rules():
+    from localspec.tui.session import ChatSession, ModelChoice
+
+    clock = FakeClock()
+    made = []
+
+    def factory(config: EngineConfig):
+        made.append(config)
+        return FakeEngine(config, clock)
+
+    s = ChatSession(ModelChoice(target="/m/t.gguf", draft="/m/d.gguf"), ChatSettings(max_tokens=9),
+                    system="Be brief.", engine_factory=factory)
+    with pytest.raises(BadInput, match="no model is loaded"):
+        s.begin_turn("hi")
+    summary = s.load()
+    assert made[-1].drafter == "model" and made[-1].draft == "/m/d.gguf"
+    assert summary.compatible and summary.target.quant == "Q4_K_M" and summary.draft.quant == "Q8_0"
+    s.begin_turn("hi")
+    assert s.messages == [{"role": "user", "content": "hi"}]
+    s.end_turn("hello")
+    assert s.last_answer() == "hello"
+    assert not s.needs_reload(s.settings.with_(temperature=0.1, draft_max=3))
+    assert s.needs_reload(s.settings.with_(drafter="ngram"))
+    s.settings = s.settings.with_(drafter="ngram")
+    first = s.engine
+    s.load()
+    assert first.closed and made[-1].drafter == "ngram" and made[-1].draft is None
+    assert "n-gram" in s.summary.compat and s.summary.compatible is None
+    s.new_chat()
+    assert s.messages == []
+    no_draft = ChatSession(ModelChoice(target="/m/t.gguf"), ChatSettings(), engine_factory=factory)
+    with pytest.raises(BadInput, match="no draft model"):
+        no_draft.load()
+    with pytest.raises(BadInput, match="needs a draft model"):
+        no_draft.check_settings(ChatSettings(drafter="model"))
+    s.close()
+    assert s.engine is None
+
+
+# -- the chat command ----------------------------------------------------------------------
+
+def test_chat_command_errors_are_one_line(tiny_target, tiny_draft, capsys):
+    from localspec.cli import main
+
+    def run(*args):
+        with pytest.raises(SystemExit) as exc:
+            main(["chat", *args])
+        return exc.value.code, capsys.readouterr().err
+
+    for args, message in (
+        (("--draft", str(tiny_draft)), "--draft needs a TARGET"),
+        ((str(tiny_target), "--ngram", "--no-draft"), "choose one of --draft, --ngram, --no-draft"),
+        ((str(tiny_target),), f"no draft for {tiny_target}: give --draft DRAFT"),
+        (("no-such-model",), "target model no-such-model: no such file or local model"),
+        ((str(tiny_target), "--draft-min", "5", "--draft-max", "3", "--ngram"), "--draft-min (5) is larger"),
+    ):
+        code, err = run(*args)
+        lines = [row for row in err.splitlines() if row.strip()]
+        assert code == 2 and len(lines) == 1 and message in lines[0], (args, err)
+        assert "Traceback" not in err
+
+
+def test_chat_command_finds_the_draft_of_a_registered_pair(tiny_target, tiny_draft, monkeypatch, tmp_path):
+    from localspec.cli.chat import choose_models
+    from localspec.store import ModelEntry, PairEntry, Store
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    store = Store()
+    store.add_model(ModelEntry(name="tiny:f32", path=str(tiny_target), files=[str(tiny_target)]))
+    store.add_model(ModelEntry(name="tiny-draft:f32", path=str(tiny_draft), files=[str(tiny_draft)]))
+    store.add_pair(PairEntry("tiny:f32", "tiny-draft:f32", True))
+    opts = dict(n_ctx=512, threads=1, gpu_layers=None, gpu_layers_draft=None, cache_type="f16")
+    choice, drafter = choose_models("tiny:f32", opts)
+    assert (choice.target, choice.draft, drafter) == (str(tiny_target), str(tiny_draft), "model")
+    assert choice.label() == "tiny:f32 + tiny-draft:f32"
+    choice, drafter = choose_models(str(tiny_target), opts | {"ngram": True})
+    assert choice.draft is None and drafter == "ngram"
