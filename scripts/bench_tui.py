@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Benchmark: the app's overhead. The same generation (same pair, prompt, tokens, greedy, same
+loaded engine) runs headless (the engine's events consumed in a plain loop) and through the
+Textual app (a chat message typed into ``localspec chat``, run headless with Textual's test
+driver: every widget, gauge, timer and message is live; only the terminal writes are
+skipped). Runs alternate; medians are compared. Writes JSON.
+
+Each run is a process of its own (loading the models, one warm-up generation, the measured
+one), as each ``localspec chat`` is: apps started one after another in one process leave
+Textual's caches behind and each costs a little more than the last.
+
+    python scripts/bench_tui.py --demo -n 256 --runs 9 --out docs/bench/tui-overhead-smollm2-cpu.json
+
+tok/s is the engine's own figure (generated tokens over generation time), so anything the UI
+costs the engine thread (CPU, the GIL) shows up in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from localspec.tui.app import LocalspecApp
+from localspec.tui.chat_settings import ChatSettings
+from localspec.tui.session import ChatSession, ModelChoice
+
+from localspec.engine import Done, Engine, EngineConfig
+from localspec.engine.backend import backend_name, default_threads
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+class Shared:
+    """The loaded engine, handed to each app without letting the app close it."""
+
+    def __init__(self, engine: Engine):
+        self._engine = engine
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def close(self) -> None:
+        pass
+
+
+def _thread_cpu(native_id: int) -> float:
+    """CPU seconds used so far by one thread of this process (Linux: /proc)."""
+    try:
+        fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def headless(engine: Engine, tokens: list[int], settings: ChatSettings) -> dict:
+    """One generation in a fresh thread, exactly as the app runs each one (with llama.cpp's
+    OpenMP build, decoding from a thread other than the one that decoded first can run at
+    half speed on a small machine, so neither side may decode on the main thread)."""
+    out: dict = {}
+    worker = threading.Thread(target=lambda: out.update(_headless(engine, tokens, settings)))
+    worker.start()
+    worker.join()
+    return out
+
+
+def _headless(engine: Engine, tokens: list[int], settings: ChatSettings) -> dict:
+    engine.reset()
+    t0 = time.perf_counter()
+    done = None
+    text = []
+    for ev in engine.generate(tokens, sampling=settings.sampling(), max_tokens=settings.max_tokens,
+                              policy=settings.policy(), speculative=settings.drafter != "none"):
+        if isinstance(ev, Done):
+            done = ev
+        elif hasattr(ev, "text"):
+            text.append(ev.text)
+    wall = time.perf_counter() - t0
+    s = done.summary
+    return {"tokens_per_second": s.tokens_per_second, "n_generated": s.n_generated, "wall_seconds": wall,
+            "acceptance_rate": s.acceptance_rate, "token_ids": list(done.token_ids)}
+
+
+async def in_app(engine: Engine, choice: ModelChoice, prompt: str, settings: ChatSettings, size) -> dict:
+    shared = Shared(engine)
+    session = ChatSession(choice, settings, engine_factory=lambda config: shared)
+    app = LocalspecApp(session)
+    async with app.run_test(size=size) as pilot:
+        end = time.monotonic() + 120
+        while app.engine_state != "ready":
+            if app.engine_state == "failed" or time.monotonic() > end:
+                raise SystemExit(f"the app could not load the models: {app.status_text}")
+            await pilot.pause(0.05)
+        screen = app.screen
+        await pilot.pause(0.3)         # let the first gauges render, as a user would see them
+        engine.reset()
+        ui = threading.get_native_id()
+        cpu0 = _thread_cpu(ui)
+        t0 = time.perf_counter()
+        prompt_box = screen.query_one("#prompt")
+        prompt_box.value = prompt
+        prompt_box.focus()
+        # Enter, as the Input handles it (pilot.press would also post to every widget).
+        await prompt_box.action_submit()
+        job = screen.job
+        # Wait without the pilot's pauses (each one posts a message to every widget).
+        while screen.job is not None or screen.last_done is None:
+            job = job or screen.job
+            await asyncio.sleep(0.05)
+        wall = time.perf_counter() - t0
+        ui_cpu = _thread_cpu(ui) - cpu0
+        s = screen.last_done.summary
+        out = {"tokens_per_second": s.tokens_per_second, "n_generated": s.n_generated, "wall_seconds": wall,
+               "acceptance_rate": s.acceptance_rate, "token_ids": list(screen.last_done.token_ids),
+               "ui_thread_cpu_seconds": ui_cpu, "ui_thread_cpu_share": ui_cpu / wall,
+               "ui_messages": job.posted if job is not None else None,
+               "ui_messages_per_second": job.posted / s.generation_seconds if job and s.generation_seconds else None}
+        await pilot.press("ctrl+q")
+    return out
+
+
+def one_run(kind: str, target: str, draft: str, args) -> dict:
+    """A single measured run in this process (the ``--child`` mode)."""
+    settings = _settings(args)
+    choice = ModelChoice(target=target, draft=draft, threads=args.threads, n_ctx=2048)
+    engine = Engine(EngineConfig(target=target, draft=draft, n_ctx=2048, threads=args.threads,
+                                 drafting=settings.drafting()))
+    tokens = engine.chat_prompt([{"role": "user", "content": args.prompt}])
+    headless(engine, tokens, settings)           # warm-up, the same for both kinds
+    if kind == "headless":
+        out = headless(engine, tokens, settings)
+    else:
+        size = tuple(int(x) for x in args.size.lower().split("x"))
+        out = asyncio.run(in_app(engine, choice, args.prompt, settings, size))
+    out["describe"] = engine.describe()
+    engine.close()
+    return out
+
+
+def _settings(args) -> ChatSettings:
+    return ChatSettings(drafter="model", adaptive=args.adaptive, draft_max=args.draft_max, draft_min=1,
+                        temperature=0.0, max_tokens=args.max_tokens)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--demo", action="store_true", help="the built-in SmolLM2-135M pair (F16 target, Q4_1 draft)")
+    ap.add_argument("-m", "--target")
+    ap.add_argument("-d", "--draft")
+    ap.add_argument("-n", "--max-tokens", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=5, help="measured runs of each kind")
+    ap.add_argument("--draft-max", type=int, default=4)
+    ap.add_argument("--adaptive", action="store_true", help="adaptive K (default: fixed K = --draft-max)")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--prompt", default=PROMPT)
+    ap.add_argument("--size", default="130x42", help="terminal size of the app, WxH")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--child", choices=("headless", "app"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    if args.demo:
+        from localspec.demo import demo_pair
+
+        target, draft = (str(p) for p in demo_pair(progress=lambda m: print(m, file=sys.stderr)))
+    elif args.target and args.draft:
+        target, draft = args.target, args.draft
+    else:
+        ap.error("give --demo, or -m TARGET and -d DRAFT")
+    if args.child:
+        print(json.dumps(one_run(args.child, target, draft, args)))
+        return
+
+    child_args = [a for a in sys.argv[1:]]
+    if "--out" in child_args:
+        j = child_args.index("--out")
+        del child_args[j:j + 2]
+
+    def run(kind: str) -> dict:
+        proc = subprocess.run([sys.executable, __file__, *child_args, "--child", kind], check=False,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"a {kind} run failed:\n{proc.stderr[-2000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    runs: dict[str, list[dict]] = {"headless": [], "app": []}
+    for i in range(args.runs):
+        for kind in (("headless", "app") if i % 2 == 0 else ("app", "headless")):
+            r = run(kind)
+            runs[kind].append(r)
+            ui = f", UI thread {r['ui_thread_cpu_share']:.1%} of a core" if "ui_thread_cpu_share" in r else ""
+            print(f"run {i + 1}/{args.runs} {kind:8}: {r['tokens_per_second']:7.1f} tok/s "
+                  f"({r['n_generated']} tokens{ui})", file=sys.stderr)
+    same = all(r["token_ids"] == runs["headless"][0]["token_ids"] for k in runs for r in runs[k])
+    med = {k: statistics.median(r["tokens_per_second"] for r in v) for k, v in runs.items()}
+    overhead = 1.0 - med["app"] / med["headless"]
+    info = runs["headless"][0]["describe"]
+    result = {
+        "what": "tok/s of the same greedy generation, headless vs through the Textual app (run_test), "
+                "each run in a process of its own",
+        "command": " ".join(["python", "scripts/bench_tui.py", *sys.argv[1:]]),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "backend": backend_name(info["target"]["gpu_layers"]),
+                    "threads": args.threads or default_threads(), "cpus": os.cpu_count()},
+        "models": info, "prompt": args.prompt, "max_tokens": args.max_tokens,
+        "policy": "adaptive" if args.adaptive else f"fixed K={args.draft_max}",
+        "median_tokens_per_second": med, "overhead_fraction": overhead,
+        "median_ui_thread_cpu_share": statistics.median(r["ui_thread_cpu_share"] for r in runs["app"]),
+        "outputs_identical": same,
+        "runs": {k: [{x: y for x, y in r.items() if x not in ("token_ids", "describe")} for r in v]
+                 for k, v in runs.items()},
+    }
+    print(f"headless {med['headless']:.1f} tok/s, app {med['app']:.1f} tok/s: overhead {overhead:+.2%}"
+          f"{'' if same else ' (outputs differ!)'}", file=sys.stderr)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
