@@ -11,6 +11,12 @@ Textual's caches behind and each costs a little more than the last.
 
     python scripts/bench_tui.py --demo -n 256 --runs 9 --out docs/bench/tui-overhead-smollm2-cpu.json
 
+``--terminal`` measures the whole thing as a user runs it instead: ``localspec chat`` in a real
+terminal (tmux, 130x42, which also draws every frame) against ``localspec run --json``, each a
+fresh process, tok/s as each reports it (the app's status line has one decimal).
+
+    python scripts/bench_tui.py --demo -n 256 --runs 7 --terminal --out docs/bench/tui-overhead-terminal.json
+
 tok/s is the engine's own figure (generated tokens over generation time), so anything the UI
 costs the engine thread (CPU, the GIL) shows up in it.
 """
@@ -22,6 +28,8 @@ import asyncio
 import json
 import os
 import platform
+import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -147,6 +155,56 @@ def one_run(kind: str, target: str, draft: str, args) -> dict:
     return out
 
 
+def terminal_run(kind: str, target: str, draft: str, args) -> dict:
+    """One run as a user makes it: ``localspec chat`` inside tmux, or ``localspec run --json``."""
+    common = ["--temp", "0", "--fixed-k", "--draft-max", str(args.draft_max), "-n", str(args.max_tokens)]
+    if args.threads:
+        common += ["--threads", str(args.threads)]
+    exe = [sys.executable, "-m", "localspec"]
+    if kind == "headless":
+        proc = subprocess.run([*exe, "run", "-m", target, "-d", draft, "--chat", "-p", args.prompt, "--json",
+                               *common], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise SystemExit(f"localspec run failed: {proc.stderr.strip()[-500:]}")
+        d = json.loads(proc.stdout)
+        return {"tokens_per_second": d["stats"]["tokens_per_second"], "n_generated": d["stats"]["n_generated"],
+                "token_ids": d["token_ids"]}
+    sock = f"localspec-bench-{os.getpid()}"
+    width, height = (int(x) for x in args.size.lower().split("x"))
+
+    def tmux(*a: str) -> str:
+        return subprocess.run(["tmux", "-L", sock, *a], capture_output=True, text=True, check=False).stdout
+
+    def wait(needle: str, timeout: float, every: float) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            screen = tmux("capture-pane", "-p", "-t", "bench")
+            if needle in screen:
+                return screen
+            time.sleep(every)
+        raise SystemExit(f"timed out waiting for {needle!r}; the screen was:\n{screen}")
+
+    cmd = " ".join(shlex.quote(x) for x in [*exe, "chat", target, "--draft", draft, *common])
+    tmux("new-session", "-d", "-s", "bench", "-x", str(width), "-y", str(height), "-e", "TERM=xterm-256color",
+         f"unset COLUMNS LINES; {cmd}")
+    try:
+        wait("ready ·", 120, 0.2)
+        time.sleep(1.0)
+        tmux("send-keys", "-t", "bench", "-l", args.prompt)
+        tmux("send-keys", "-t", "bench", "Enter")
+        # Look rarely: each look is a tmux client process taking CPU from the run.
+        screen = wait("answered:", 300, 1.0)
+        line = next(row for row in screen.splitlines() if "answered:" in row)
+        m = re.search(r"answered: (\d+) tokens, ([\d.]+) tok/s", line)
+        if not m:
+            raise SystemExit(f"cannot read the status line: {line!r}")
+        tmux("send-keys", "-t", "bench", "C-q")
+        time.sleep(1.0)
+        return {"tokens_per_second": float(m.group(2)), "n_generated": int(m.group(1)), "token_ids": None}
+    finally:
+        tmux("kill-server")
+
+
 def _settings(args) -> ChatSettings:
     return ChatSettings(drafter="model", adaptive=args.adaptive, draft_max=args.draft_max, draft_min=1,
                         temperature=0.0, max_tokens=args.max_tokens)
@@ -165,6 +223,8 @@ def main() -> None:
     ap.add_argument("--prompt", default=PROMPT)
     ap.add_argument("--size", default="130x42", help="terminal size of the app, WxH")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--terminal", action="store_true",
+                    help="localspec chat in a real terminal (tmux) against localspec run --json")
     ap.add_argument("--child", choices=("headless", "app"), help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -186,6 +246,8 @@ def main() -> None:
         del child_args[j:j + 2]
 
     def run(kind: str) -> dict:
+        if args.terminal:
+            return terminal_run(kind, target, draft, args)
         proc = subprocess.run([sys.executable, __file__, *child_args, "--child", kind], check=False,
                               capture_output=True, text=True)
         if proc.returncode != 0:
@@ -200,21 +262,27 @@ def main() -> None:
             ui = f", UI thread {r['ui_thread_cpu_share']:.1%} of a core" if "ui_thread_cpu_share" in r else ""
             print(f"run {i + 1}/{args.runs} {kind:8}: {r['tokens_per_second']:7.1f} tok/s "
                   f"({r['n_generated']} tokens{ui})", file=sys.stderr)
-    same = all(r["token_ids"] == runs["headless"][0]["token_ids"] for k in runs for r in runs[k])
+    ids = [r["token_ids"] for k in runs for r in runs[k] if r["token_ids"] is not None]
+    same = all(x == ids[0] for x in ids)
+    if args.terminal:   # the app shows the count, not the tokens: equal counts at least
+        same = same and len({r["n_generated"] for k in runs for r in runs[k]}) == 1
     med = {k: statistics.median(r["tokens_per_second"] for r in v) for k, v in runs.items()}
     overhead = 1.0 - med["app"] / med["headless"]
-    info = runs["headless"][0]["describe"]
+    info = runs["headless"][0].get("describe") or {"target": target, "draft": draft}
     result = {
-        "what": "tok/s of the same greedy generation, headless vs through the Textual app (run_test), "
-                "each run in a process of its own",
+        "what": ("tok/s of the same greedy generation, localspec run --json vs localspec chat in tmux"
+                 if args.terminal else
+                 "tok/s of the same greedy generation, headless vs through the Textual app (run_test), "
+                 "each run in a process of its own"),
         "command": " ".join(["python", "scripts/bench_tui.py", *sys.argv[1:]]),
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "backend": backend_name(info["target"]["gpu_layers"]),
+                    "backend": backend_name(info["target"]["gpu_layers"]) if not args.terminal else None,
                     "threads": args.threads or default_threads(), "cpus": os.cpu_count()},
         "models": info, "prompt": args.prompt, "max_tokens": args.max_tokens,
         "policy": "adaptive" if args.adaptive else f"fixed K={args.draft_max}",
         "median_tokens_per_second": med, "overhead_fraction": overhead,
-        "median_ui_thread_cpu_share": statistics.median(r["ui_thread_cpu_share"] for r in runs["app"]),
+        "median_ui_thread_cpu_share": (None if args.terminal else
+                                       statistics.median(r["ui_thread_cpu_share"] for r in runs["app"])),
         "outputs_identical": same,
         "runs": {k: [{x: y for x, y in r.items() if x not in ("token_ids", "describe")} for r in v]
                  for k, v in runs.items()},
