@@ -124,7 +124,7 @@ async def in_app(engine: Engine, choice: ModelChoice, prompt: str, settings: Cha
         # Wait without the pilot's pauses (each one posts a message to every widget).
         while screen.job is not None or screen.last_done is None:
             job = job or screen.job
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.25)   # rarely: each wake-up is work on the UI thread
         wall = time.perf_counter() - t0
         ui_cpu = _thread_cpu(ui) - cpu0
         s = screen.last_done.summary

@@ -45,6 +45,7 @@ class MessageView(Widget):
         self._tail = Text()                # the open paragraph
         self._tail_strips: list[Strip] = []
         self._height = 0                   # the height last laid out
+        self._styles: dict = {}            # origin -> its component style
         self.set_reactive(MessageView.colour, colour)
         self.set_reactive(MessageView.streaming, streaming)
 
@@ -60,7 +61,14 @@ class MessageView(Widget):
     def _style(self, origin: str):
         if not self.colour or origin not in ORIGINS:
             return ""
-        return self.get_component_rich_style(f"message--{origin}", partial=True)
+        style = self._styles.get(origin)
+        if style is None:     # looked up once per origin (the lookup walks the CSS)
+            style = self._styles[origin] = self.get_component_rich_style(f"message--{origin}", partial=True)
+        return style
+
+    def notify_style_update(self) -> None:
+        self._styles = {}              # the theme or the CSS changed
+        super().notify_style_update()
 
     def _strip(self, line: Text) -> Strip:
         return Strip(list(line.render(self.app.console)))

@@ -38,12 +38,16 @@ class TextGauge(Widget):
     def __init__(self, **kw):
         super().__init__(**kw)
         self._parts: list = []
+        self._visual_styles: dict = {}   # component name -> style, looked up once
 
     # -- building ---------------------------------------------------------------------
     def add(self, text: str, style: str | None = None) -> None:
         """Append text in one of the gauge's component styles (label, value, bar, ...)."""
         if style:
-            self._parts.append((text, self.get_visual_style(f"gauge--{style}", partial=True)))
+            visual = self._visual_styles.get(style)
+            if visual is None:
+                visual = self._visual_styles[style] = self.get_visual_style(f"gauge--{style}", partial=True)
+            self._parts.append((text, visual))
         else:
             self._parts.append(text)
 
@@ -85,6 +89,7 @@ class TextGauge(Widget):
 
     def notify_style_update(self) -> None:
         self._content = None           # the theme or the CSS changed
+        self._visual_styles = {}
         super().notify_style_update()
 
     def repaint(self) -> None:
