@@ -12,6 +12,7 @@ import textwrap
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Region
 from textual.content import Content
 from textual.renderables.digits import DIGITS, DIGITS3X3_BOLD
 from textual.widget import Widget
@@ -93,19 +94,28 @@ class TextGauge(Widget):
         super().notify_style_update()
 
     def repaint(self) -> None:
-        """Repaint when what is shown changed (figures rounded for display often do not);
-        a layout pass (which reflows the whole screen) only when the height changes."""
+        """Repaint what changed: nothing when the figures shown are the same (figures rounded
+        for display often are), only the changed lines when the height is the same (a frame
+        then redraws a few lines, not the gauge), a layout pass only when the height changes."""
         content = self._make()
-        if self._content is not None and content.is_same(self._content):
+        old = self._content
+        if old is not None and content.is_same(old):
             return
         self._content = content
         # The gauges lay out their own lines (text-wrap: nowrap in gauges.tcss): no wrapping.
-        height = content.plain.count("\n") + 1
+        lines = content.split("\n", allow_blank=True)
+        height = len(lines)
         if height != self._height:
             self._height = height
             self.refresh(layout=True)
-        else:
+        elif old is None:
             self.refresh()
+        else:
+            before = old.split("\n", allow_blank=True)
+            width = self._layout_width or self.size.width
+            changed = [Region(0, y, width, 1) for y, (a, b) in enumerate(zip(before, lines)) if not a.is_same(b)]
+            if changed:
+                self.refresh(*changed)
 
 
 def big_digits(text: str) -> list[str]:
