@@ -28,6 +28,16 @@ def shipped_draft() -> Path:
     return path
 
 
+def prepared_demo_pair() -> tuple[Path, Path] | None:
+    """(target, draft) of the demo pair when it is already prepared (nothing is made here)."""
+    try:
+        draft = shipped_draft()
+    except LocalspecError:
+        return None
+    target = models_dir() / "demo" / "SmolLM2-135M-Instruct.F16.gguf"
+    return (target, draft) if target.is_file() else None
+
+
 def demo_pair(progress: Callable[[str], None] | None = None) -> tuple[Path, Path]:
     """(target, draft) paths of the demo pair, preparing the F16 target the first time."""
     draft = shipped_draft()

@@ -342,3 +342,30 @@ def test_chat_command_finds_the_draft_of_a_registered_pair(tiny_target, tiny_dra
     assert choice.label() == "tiny:f32 + tiny-draft:f32"
     choice, drafter = choose_models(str(tiny_target), opts | {"ngram": True})
     assert choice.draft is None and drafter == "ngram"
+
+
+def test_chat_command_uses_tuned_settings_unless_a_flag_is_given(tiny_target, tiny_draft, monkeypatch, tmp_path,
+                                                                  capsys):
+    from localspec import tuning
+    from localspec.cli import main
+    from localspec.tui.app import LocalspecApp
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    key = tuning.pair_key(tiny_target, tiny_draft, "CPU")
+    tuning.store(key, {"target": str(tiny_target), "draft": str(tiny_draft), "backend": "CPU",
+                       "settings": {"draft_max": 3, "fixed_k": True, "p_min": None, "draft_temp": None}})
+    seen = []
+    monkeypatch.setattr(LocalspecApp, "run", lambda self: seen.append(self.session.settings))
+
+    def chat(*args):
+        with pytest.raises(SystemExit) as exc:
+            main(["chat", *args])
+        assert exc.value.code == 0
+
+    chat(str(tiny_target), "--draft", str(tiny_draft))
+    assert (seen[-1].draft_max, seen[-1].adaptive) == (3, False)
+    assert "using tuned settings for this pair" in capsys.readouterr().err
+
+    chat(str(tiny_target), "--draft", str(tiny_draft), "--draft-max", "6")   # a flag wins
+    assert (seen[-1].draft_max, seen[-1].adaptive) == (6, False)
+    assert "using tuned" not in capsys.readouterr().err

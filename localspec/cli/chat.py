@@ -8,7 +8,7 @@ from ..catalog import load_catalog
 from ..engine.backend import CACHE_TYPES
 from ..errors import BadInput
 from .main import cli
-from .options import resolve_model
+from .options import apply_tuned, resolve_model
 
 
 def _store_draft(target_arg: str, target_path: str) -> tuple[str, str] | None:
@@ -119,6 +119,12 @@ def chat(target, **opts) -> None:
     from ..tui.chat_settings import ChatSettings
 
     choice, drafter = choose_models(target, opts)
+    if drafter == "model":
+        from ..demo import prepared_demo_pair
+
+        pair = prepared_demo_pair() if choice.demo else (choice.target, choice.draft)
+        if pair is not None:
+            apply_tuned(opts, str(pair[0]), str(pair[1]))   # `localspec tune`'s settings; flags win
     if opts["draft_min"] > opts["draft_max"]:
         raise BadInput(f"--draft-min ({opts['draft_min']}) is larger than --draft-max ({opts['draft_max']})")
     ctx = click.get_current_context(silent=True)

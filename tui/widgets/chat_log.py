@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.containers import VerticalScroll
-from textual.geometry import Region
-from textual.reactive import reactive
+from textual.geometry import Region, Size
+from textual.reactive import Reactive, reactive
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
@@ -35,6 +35,9 @@ class MessageView(Widget):
 
     colour: reactive[bool] = reactive(True)
     streaming: reactive[bool] = reactive(False)
+    # Not scrollable: its virtual size follows its size and needs no layout pass of its own
+    # (Textual's default would lay the whole screen out a second time each time it grows).
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
 
     def __init__(self, *, colour: bool = True, streaming: bool = False, id: str | None = None,
                  classes: str | None = None):
