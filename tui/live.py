@@ -27,6 +27,8 @@ from ..engine.events import (
 Segment = tuple[str, str]   # (text, origin: "draft" | "target" | "bonus" | "text")
 
 HISTORY = 60                # sparkline samples kept
+HISTORY_EVERY = 0.5         # seconds between sparkline samples (the sparkline moves twice a second,
+                            # not on every frame: fewer lines to redraw)
 WINDOW = 1.0                # seconds of recent tokens behind the live tok/s
 
 
@@ -86,6 +88,7 @@ class Accumulator:
         self._segments: list[Segment] = []
         self._samples: deque[tuple[float, int]] = deque()
         self._history: deque[float] = deque(maxlen=history)
+        self._history_at: float | None = None
         self._t0 = clock()
         self._t_gen: float | None = None
         self.dirty = True
@@ -166,6 +169,8 @@ class Accumulator:
             t_old, n_old = self._samples[0]
             if now > t_old:
                 rate = (s["tokens"] - n_old) / (now - t_old)
-            self._history.append(rate)
+            if self._history_at is None or now - self._history_at >= HISTORY_EVERY * 0.9:
+                self._history.append(rate)
+                self._history_at = now
         self.dirty = False
         return LiveStats(elapsed=elapsed, rate=rate, history=tuple(self._history), **s)
