@@ -289,10 +289,15 @@ def main() -> None:
     }
     print(f"headless {med['headless']:.1f} tok/s, app {med['app']:.1f} tok/s: overhead {overhead:+.2%}"
           f"{'' if same else ' (outputs differ!)'}", file=sys.stderr)
+    emit(result, args.out)
+
+
+def emit(result: dict, out: Path | None) -> None:
+    """Print the result as JSON, and write it to ``out`` when given."""
     text = json.dumps(result, indent=2)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
     print(text)
 
 

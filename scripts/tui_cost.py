@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import threading
@@ -24,6 +23,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_tui import PROMPT, emit
 
 from localspec.tui.app import LocalspecApp
 from localspec.tui.chat_settings import ChatSettings
@@ -32,9 +34,6 @@ from localspec.tui.session import ChatSession, ModelChoice
 
 from localspec.demo import demo_pair
 from localspec.engine import Engine, EngineConfig
-
-PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
-
 
 def record(engine: Engine, settings: ChatSettings, prompt: str) -> list[tuple[float, object]]:
     """The events of one generation and when each came (seconds from the start)."""
@@ -151,11 +150,7 @@ def main() -> None:
     }
     print(f"UI thread while tokens stream: {result['median_steady_share']:.2%} of a core "
           f"(whole turn {result['median_turn_share']:.2%})", file=sys.stderr)
-    text = json.dumps(result, indent=2)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(result, args.out)
 
 
 if __name__ == "__main__":
