@@ -126,20 +126,23 @@ class CompareScreen(Screen):
     def _pane(self, job: str) -> StreamPane:
         return self.query_one("#pane-base" if job == BASE else "#pane-spec", StreamPane)
 
-    def on_generation_progress(self, msg: GenerationProgress) -> None:
+    def _stream(self, msg, last: bool = False) -> bool:
+        """Show a run's message in its pane; False when the message is not a comparison's."""
         if msg.job not in (BASE, SPEC):
-            return
+            return False
         pane = self._pane(msg.job)
-        pane.append(msg.segments)
+        pane.append(msg.segments, last=last)
         pane.show(msg.stats)
+        if last:
+            self._job_ended()
+        return True
+
+    def on_generation_progress(self, msg: GenerationProgress) -> None:
+        self._stream(msg)
 
     def on_generation_finished(self, msg: GenerationFinished) -> None:
-        if msg.job not in (BASE, SPEC):
+        if not self._stream(msg, last=True):
             return
-        pane = self._pane(msg.job)
-        pane.append(msg.segments, last=True)
-        pane.show(msg.stats)
-        self._job_ended()
         if msg.done.stop_reason.value == "cancelled":
             self.query_one("#compare-summary", Static).update("stopped: no comparison")
             return
@@ -157,12 +160,8 @@ class CompareScreen(Screen):
         self.query_one("#compare-summary", Static).update(self.summary_text(self.result))
 
     def on_generation_failed(self, msg: GenerationFailed) -> None:
-        if msg.job not in (BASE, SPEC):
+        if not self._stream(msg, last=True):
             return
-        pane = self._pane(msg.job)
-        pane.append(msg.segments, last=True)
-        pane.show(msg.stats)
-        self._job_ended()
         self.query_one("#compare-summary", Static).update(f"failed: {msg.error}")
         self.notify(msg.error, title="comparison failed", severity="error", timeout=10)
 
