@@ -146,19 +146,9 @@ def _weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
     # Token 0 (<|endoftext|>) never wins for the target: its output row is zero.
     w["output.weight"][0, :] = 0.0
     if spec.noise:
-        nrng = np.random.default_rng(10_000 + spec.noise_seed)
-        for k, v in w.items():
-            if v.ndim == 2:
-                w[k] = (v + nrng.standard_normal(v.shape).astype(np.float32) * spec.noise * v.std()).astype(np.float32)
+        add_weight_noise(w, spec.noise, spec.noise_seed)
     if spec.bigram_seed:
-        # Row sigma(t) of the output matrix is token t's embedding: with a quiet residual
-        # stream the logits peak at sigma(last token).
-        sigma = np.random.default_rng(spec.bigram_seed).permutation(n_vocab)
-        emb = w["token_embd.weight"]
-        out = np.zeros((n_vocab, e), dtype=np.float32)
-        out[sigma] = emb * (spec.scale * 4.0 / np.sqrt(e))
-        out[0, :] = 0.0
-        w["output.weight"] = out
+        w["output.weight"] = bigram_output(w["token_embd.weight"], spec.bigram_seed, spec.scale)
     if spec.blind_output:
         w["output_norm.weight"] = np.zeros(e, dtype=np.float32)
     return w
@@ -227,3 +217,22 @@ class TinyZoo:
             fname = name or f"tiny-{len(self.made)}.gguf"
             self.made[spec] = write_tiny_model(self.root / fname, spec)
         return self.made[spec]
+
+
+def add_weight_noise(w: dict, noise: float, seed: int, skip=lambda name, v: False) -> None:
+    """Perturb every 2-D tensor (a "draft" of the same model): ``noise`` times its std."""
+    rng = np.random.default_rng(10_000 + seed)
+    for k, v in w.items():
+        if v.ndim == 2 and not skip(k, v):
+            w[k] = (v + rng.standard_normal(v.shape).astype(np.float32) * noise * v.std()).astype(np.float32)
+
+
+def bigram_output(emb: np.ndarray, seed: int, scale: float) -> np.ndarray:
+    """An output matrix whose row sigma(t) is token t's embedding: with a quiet residual
+    stream the logits peak at sigma(last token), sigma the permutation ``seed`` draws."""
+    n_vocab, e = emb.shape
+    sigma = np.random.default_rng(seed).permutation(n_vocab)
+    out = np.zeros((n_vocab, e), dtype=np.float32)
+    out[sigma] = emb * (scale * 4.0 / np.sqrt(e))
+    out[0, :] = 0.0
+    return out

@@ -30,7 +30,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from tiny_gguf import CHATML, SPECIALS, TinySpec, bpe_vocab, write_tiny_model
+from tiny_gguf import CHATML, SPECIALS, TinySpec, add_weight_noise, bigram_output, bpe_vocab, write_tiny_model
 
 ARCHS = ("mamba", "mamba2", "lfm2")
 
@@ -195,19 +195,10 @@ def _weights(spec: RecurrentSpec, n_vocab: int) -> dict[str, np.ndarray]:
     # Token 0 (<|endoftext|>) never wins: its output row is zero.
     w["output.weight"][0, :] = 0.0
     if spec.noise:
-        nrng = np.random.default_rng(10_000 + spec.noise_seed)
-        for k, v in w.items():
-            if v.ndim == 2 and not k.endswith(_NO_NOISE) and v.std() > 0:
-                w[k] = (v + nrng.standard_normal(v.shape).astype(np.float32) * spec.noise * v.std()).astype(np.float32)
-    if spec.bigram_seed:
-        # Row sigma(t) of the output matrix is token t's embedding: with a quiet residual
-        # stream the logits peak at sigma(last token) (the same sigma as TinySpec's).
-        sigma = np.random.default_rng(spec.bigram_seed).permutation(n_vocab)
-        emb = w["token_embd.weight"]
-        out = np.zeros((n_vocab, e), dtype=np.float32)
-        out[sigma] = emb * (spec.scale * 4.0 / np.sqrt(e))
-        out[0, :] = 0.0
-        w["output.weight"] = out
+        add_weight_noise(w, spec.noise, spec.noise_seed,
+                         skip=lambda name, v: name.endswith(_NO_NOISE) or not v.std() > 0)
+    if spec.bigram_seed:   # the same sigma as TinySpec's bigram models
+        w["output.weight"] = bigram_output(w["token_embd.weight"], spec.bigram_seed, spec.scale)
     return w
 
 
