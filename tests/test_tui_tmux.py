@@ -68,7 +68,9 @@ def test_chat_in_a_real_terminal(tmux, tiny_target, tiny_draft, tmp_path):
         return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.strip()
 
     # Start: the models load and the screen says so.
-    screen = tmux.wait(lambda s: "ready ·" in s, 60, "the app to be ready")
+    # One frame reaches tmux in pieces: wait for all of it, not just the first part seen.
+    ready = ("ready ·", "target.gguf", "compatible", "tok/s", "VRAM", "RAM")
+    screen = tmux.wait(lambda s: all(x in s for x in ready), 60, "the app to be ready")
     assert running()
     assert "target.gguf" in screen and "compatible" in screen       # the model panel
     assert "tok/s" in screen and "VRAM" in screen and "RAM" in screen   # the gauges
@@ -76,7 +78,8 @@ def test_chat_in_a_real_terminal(tmux, tiny_target, tiny_draft, tmp_path):
     # Ask: the answer streams into the log; the status line and the gauges show the run.
     tmux("send-keys", "-t", "chat", "-l", "Hello there")
     tmux("send-keys", "-t", "chat", "Enter")
-    screen = tmux.wait(lambda s: "answered:" in s, 60, "the answer")
+    answered = ("answered:", "Hello there", "assistant", "acceptance", "per drafting step", "verify")
+    screen = tmux.wait(lambda s: all(x in s for x in answered), 60, "the answer")
     assert "you" in screen and "Hello there" in screen and "assistant" in screen
     assert "acceptance" in screen and "per drafting step" in screen and "verify" in screen
     line = next(row for row in screen.splitlines() if "answered:" in row)
