@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_tui import PROMPT, emit
+from bench_tui import PROMPT, Shared, emit
 
 from localspec.tui.app import LocalspecApp
 from localspec.tui.chat_settings import ChatSettings
@@ -52,18 +52,12 @@ def record(engine: Engine, settings: ChatSettings, prompt: str) -> list[tuple[fl
     return events
 
 
-class Replay:
+class Replay(Shared):
     """The loaded engine, whose generate() replays the recording at its pace."""
 
     def __init__(self, engine: Engine, events):
-        self._engine = engine
+        super().__init__(engine)
         self._events = events
-
-    def __getattr__(self, name):
-        return getattr(self._engine, name)
-
-    def close(self) -> None:
-        pass
 
     def generate(self, tokens, **kwargs):
         t0 = time.perf_counter()
