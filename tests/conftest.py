@@ -53,6 +53,13 @@ def cost_pairs(zoo) -> dict[str, Path]:
     return {"big": zoo.get(big, "bigram-big.gguf"), "small": zoo.get(small, "bigram-small.gguf")}
 
 
+@pytest.fixture(scope="session")
+def slow_pair(cost_pairs) -> tuple[Path, Path]:
+    """(target, draft): the target is slow enough (a 3000-token answer takes seconds) to stop,
+    quit or watch mid-answer, and the cheap draft agrees with it on every token."""
+    return cost_pairs["big"], cost_pairs["small"]
+
+
 def smollm2_q4_1_path() -> Path:
     env = os.environ.get("LOCALSPEC_SMOLLM2_GGUF")
     if env:

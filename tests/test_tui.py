@@ -15,14 +15,17 @@ from localspec.tui.screens.models import ModelsScreen
 from localspec.tui.screens.settings import SettingsScreen
 from localspec.tui.system_stats import StaticMonitor
 from localspec.tui.widgets.chat_log import ChatLog, MessageView, OriginLegend
-from localspec.tui.widgets.gauges import DraftGauge, SpeedGauge
-from localspec.tui.widgets.model_panel import ModelPanel
+from localspec.tui.widgets.gauge_column import GaugeColumn
 from localspec.tui.widgets.pull_panel import PullPanel
 from test_tui_support import (
+    SIZE,
     SYSTEM,
+    chat,
     notifications,
     run_async,
+    send,
     tiny_app,
+    wait_answer,
     wait_for,
     wait_ready,
 )
@@ -30,40 +33,6 @@ from textual.widgets import DataTable, Digits, Input, Select
 from tiny_gguf import TinySpec
 
 from localspec.engine.events import StopReason
-
-SIZE = (130, 42)
-
-
-@pytest.fixture(scope="module")
-def slow_pair(zoo):
-    """A target ~100x slower per step than the tiny ones (a 3000-token answer takes seconds) and a
-    cheap draft that agrees with it on every token: time to stop, quit or watch mid-answer."""
-    big = TinySpec(n_embd=768, n_ff=1536, n_layer=4, n_head=8, n_head_kv=4, bigram_seed=5, layer_gain=0.05,
-                   f16=True)
-    small = TinySpec(n_embd=64, n_layer=1, bigram_seed=5, layer_gain=0.05)
-    return zoo.get(big, "bigram-big.gguf"), zoo.get(small, "bigram-small.gguf")
-
-
-def chat(app) -> ChatScreen:
-    screen = app.screen
-    assert isinstance(screen, ChatScreen), type(screen)
-    return screen
-
-
-async def send(pilot, text: str) -> ChatScreen:
-    screen = chat(pilot.app)
-    prompt = screen.query_one("#prompt", Input)
-    prompt.focus()
-    prompt.value = text
-    await pilot.press("enter")
-    return screen
-
-
-async def wait_answer(pilot, timeout: float = 30.0) -> ChatScreen:
-    screen = chat(pilot.app)
-    await wait_for(pilot, lambda: screen.job is None and screen.last_done is not None, timeout, "the answer")
-    await pilot.pause()
-    return screen
 
 
 # -- chatting -----------------------------------------------------------------------------
@@ -89,13 +58,13 @@ async def test_send_a_message_and_receive_the_answer(tiny_target, tiny_draft):
         assert stats.drafted == done.summary.drafted and stats.accepted == done.summary.accepted
         assert 1 <= stats.k <= 4 and done.summary.k_max == 4
         assert stats.draft_seconds > 0 and stats.verify_seconds > 0
-        speed = screen.query_one(SpeedGauge)
-        assert speed.value == f"{done.summary.tokens_per_second:.1f}"
-        assert "tok/s · done" in str(speed.render())
-        drafting = str(screen.query_one(DraftGauge).render())
+        column = screen.query_one(GaugeColumn)
+        assert column.speed.value == f"{done.summary.tokens_per_second:.1f}"
+        assert "tok/s · done" in column.speed.text() and "─ speed ─" in column.text
+        drafting = column.drafting.text()
         assert "acceptance" in drafting and "verify" in drafting
         # The model panel: names, quantisation, backend, layers, the tokenizer verdict.
-        panel = str(screen.query_one(ModelPanel).render())
+        panel = column.models.text()
         assert "target.gguf" in panel and "draft.gguf" in panel and "F32" in panel
         assert "CPU" in panel and "0/2 layers on GPU" in panel and "compatible" in panel
         # A second turn reuses the conversation (and the cache).
@@ -243,8 +212,8 @@ async def test_change_a_setting_and_see_it_applied(tiny_target, tiny_draft):
         # A new drafter reloads the engine; the panel and the next answer show it.
         await wait_ready(pilot)
         screen = chat(app)
-        panel = screen.query_one(ModelPanel)
-        await wait_for(pilot, lambda: "n-gram" in str(panel.render()), 10, "the model panel")
+        panel = screen.query_one(GaugeColumn).models
+        await wait_for(pilot, lambda: "n-gram" in panel.text(), 10, "the model panel")
         await send(pilot, "Hello")
         await wait_answer(pilot)
         done = screen.last_done
@@ -322,7 +291,7 @@ async def test_incompatible_pair_is_a_dialog_not_a_crash(zoo, tiny_target):
         # Still running: sending says why nothing can answer.
         await send(pilot, "Hello")
         assert any("no model is loaded" in n for n in notifications(app))
-        assert "not loaded" in str(app.screen.query_one(ModelPanel).render())
+        assert "not loaded" in app.screen.query_one(GaugeColumn).models.text()
 
 
 @run_async
@@ -423,8 +392,8 @@ async def test_pull_a_pair_with_progress_then_chat_with_it(hub):
         assert await pilot.click("#use-pair")
         await wait_for(pilot, lambda: isinstance(app.screen, ChatScreen), 5, "the chat")
         await wait_ready(pilot)
-        panel = app.screen.query_one(ModelPanel)
-        await wait_for(pilot, lambda: "smollm2-1.7b:q4_k_m" in str(panel.render()), 10, "the model panel")
+        panel = app.screen.query_one(GaugeColumn).models
+        await wait_for(pilot, lambda: "smollm2-1.7b:q4_k_m" in panel.text(), 10, "the model panel")
         await send(pilot, "Hi")
         done = (await wait_answer(pilot)).last_done
         assert 0 < len(done.token_ids) <= 8
@@ -488,9 +457,9 @@ async def test_fresh_machine_chats_with_the_demo_pair(monkeypatch, tmp_path):
         await wait_ready(pilot, timeout=120)
         assert any("preparing the demo pair" in s for s in app.status_log), app.status_log
         assert (tmp_path / "fresh" / "models" / "demo" / "SmolLM2-135M-Instruct.F16.gguf").is_file()
-        widget = chat(app).query_one(ModelPanel)
-        await wait_for(pilot, lambda: "compatible" in str(widget.render()), 10, "the model panel")
-        panel = str(widget.render())
+        card = chat(app).query_one(GaugeColumn).models
+        await wait_for(pilot, lambda: "compatible" in card.text(), 10, "the model panel")
+        panel = card.text()
         assert "SmolLM2-135M F16 (demo)" in panel and "Q4_1" in panel
         await send(pilot, "What is the capital of France?")
         done = (await wait_answer(pilot, 60)).last_done

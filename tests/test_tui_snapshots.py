@@ -12,13 +12,12 @@ from localspec.tui.screens.models import ModelsScreen
 from localspec.tui.screens.settings import SettingsScreen
 from localspec.tui.session import ChatSession, ModelChoice
 from localspec.tui.system_stats import StaticMonitor
-from test_tui_support import SYSTEM_GPU, scripted_app, wait_for, wait_ready
+from test_tui_support import SIZE, SYSTEM_GPU, scripted_app, wait_for, wait_ready
 from textual.widgets import Input
 
 from localspec.compat import CompatReport, Rule, TokenDifference
 from localspec.errors import IncompatiblePair
 
-SIZE = (130, 42)
 
 
 async def settle(pilot) -> None:

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 
 from localspec.tui.app import LocalspecApp
 from localspec.tui.chat_settings import ChatSettings
+from localspec.tui.screens.chat import ChatScreen
 from localspec.tui.session import ChatSession, ModelChoice
 from localspec.tui.system_stats import GpuMemory, StaticMonitor, SystemStats
+from textual.widgets import Input
 
 from localspec.compat import CompatReport, Rule
 from localspec.engine.backend import ModelInfo
@@ -30,6 +32,8 @@ from localspec.engine.events import (
     Summary,
     Token,
 )
+
+SIZE = (130, 42)   # the terminal the Pilot tests run in
 
 SYSTEM = SystemStats(gpus=(), gpu_note="no NVIDIA GPU (NVML Shared Library Not Found): models run in RAM",
                      ram_used=6_400_000_000, ram_total=16_000_000_000, process_rss=812_000_000,
@@ -70,6 +74,28 @@ def tiny_app(target, draft=None, *, drafter: str = "model", n_ctx: int = 1024, m
                                       threads=1),
                           ChatSettings(drafter=drafter, **settings))
     return LocalspecApp(session, monitor=monitor or StaticMonitor(SYSTEM))
+
+
+def chat(app) -> ChatScreen:
+    screen = app.screen
+    assert isinstance(screen, ChatScreen), type(screen)
+    return screen
+
+
+async def send(pilot, text: str) -> ChatScreen:
+    screen = chat(pilot.app)
+    prompt = screen.query_one("#prompt", Input)
+    prompt.focus()
+    prompt.value = text
+    await pilot.press("enter")
+    return screen
+
+
+async def wait_answer(pilot, timeout: float = 30.0) -> ChatScreen:
+    screen = chat(pilot.app)
+    await wait_for(pilot, lambda: screen.job is None and screen.last_done is not None, timeout, "the answer")
+    await pilot.pause()
+    return screen
 
 
 def notifications(app) -> list[str]:

@@ -7,17 +7,17 @@ from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
 from ...engine.events import StopReason
 from ...errors import LocalspecError
 from ..live import LiveStats
+from ..compositor import install as install_compositor
 from ..messages import GenerationFailed, GenerationFinished, GenerationProgress
 from ..widgets.chat_log import ChatLog, MessageView, OriginLegend
-from ..widgets.gauges import GaugePanel
-from ..widgets.model_panel import ModelPanel
+from ..widgets.gauge_column import GaugeColumn
 from ..worker import GenerationJob
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ class ChatScreen(Screen):
 
     def __init__(self) -> None:
         super().__init__(id="chat-screen")
+        install_compositor(self)     # frames draw only the rows they update
         self.job: GenerationJob | None = None
         self.answer: MessageView | None = None
         self.colour = True
@@ -52,17 +53,14 @@ class ChatScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with Horizontal(id="chat-body"):
-            with Vertical(id="conversation"):
-                yield ChatLog(id="chat-log")
-                yield OriginLegend(id="legend")
-                yield Input(placeholder="Ask something and press Enter", id="prompt")
-                yield Static("", id="status", markup=False)
-            with VerticalScroll(id="sidebar"):
-                yield GaugePanel(id="gauges")
-                panel = ModelPanel(id="model-panel", classes="gauge")
-                panel.border_title = "models"
-                yield panel
+        # The screen lays these two out side by side (no row container: a widget less to
+        # draw in every frame).
+        with Vertical(id="conversation"):
+            yield ChatLog(id="chat-log")
+            yield OriginLegend(id="legend")
+            yield Input(placeholder="Ask something and press Enter", id="prompt")
+            yield Static("", id="status", markup=False)
+        yield GaugeColumn(id="gauges")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -70,7 +68,7 @@ class ChatScreen(Screen):
         self.watch(self.app, "status_text", self._engine_changed)
         self.set_interval(self.app.gauge_interval, self.tick)
         self.refresh_system()
-        self.query_one(GaugePanel).show_stats(LiveStats(drafter=self.app.session.settings.drafter, phase="idle"))
+        self.query_one(GaugeColumn).show_stats(LiveStats(drafter=self.app.session.settings.drafter, phase="idle"))
         self.query_one("#prompt", Input).focus()
 
     # -- state shown ------------------------------------------------------------------
@@ -82,18 +80,25 @@ class ChatScreen(Screen):
         elif time.monotonic() - self._progress_at > 2 * self.app.gauge_interval:
             self.refresh_gauges()
 
-    def refresh_system(self, every: float | None = None) -> None:
-        """Sample memory and CPU (with the gauges while generating, so the samples ride on
-        frames drawn anyway; once a second while idle)."""
+    def sample_system(self, every: float | None = None):
+        """Memory and CPU, sampled at most every ``every`` seconds (default: the gauge
+        interval); None when the last sample is recent enough."""
         now = time.monotonic()
         if now - self._system_at < (every if every is not None else self.app.gauge_interval) * 0.9:
-            return
+            return None
         self._system_at = now
-        self.query_one(GaugePanel).show_system(self.app.system_stats())
+        return self.app.system_stats()
+
+    def refresh_system(self, every: float | None = None) -> None:
+        """Memory and CPU on their own (once a second while idle; while generating they ride
+        on the gauges' frames)."""
+        system = self.sample_system(every)
+        if system is not None:
+            self.query_one(GaugeColumn).show_system(system)
 
     def _engine_changed(self, _=None) -> None:
         app = self.app
-        self.query_one(ModelPanel).show(app.session.summary if app.engine_state == "ready" else None,
+        self.query_one(GaugeColumn).show_models(app.session.summary if app.engine_state == "ready" else None,
                                         app.status_text)
         self.sub_title = app.session.choice.label()
         self.show_status()
@@ -173,8 +178,7 @@ class ChatScreen(Screen):
         if now - self._gauges_at < self.app.gauge_interval * 0.9:
             return
         self._gauges_at = now
-        self.query_one(GaugePanel).show_stats(self.stats)
-        self.refresh_system()
+        self.query_one(GaugeColumn).show_stats(self.stats, self.sample_system())
 
     def on_generation_finished(self, msg: GenerationFinished) -> None:
         if msg.job != JOB:
@@ -185,7 +189,7 @@ class ChatScreen(Screen):
             self.answer.streaming = False
             self.query_one(ChatLog).follow()
         self.stats = msg.stats
-        self.query_one(GaugePanel).show_stats(msg.stats)
+        self.query_one(GaugeColumn).show_stats(msg.stats)
         self.app.session.end_turn(done.text)
         self.last_done, self.last_finish = done, msg
         s = done.summary
@@ -205,7 +209,7 @@ class ChatScreen(Screen):
             self.answer.append(msg.segments)
             self.answer.streaming = False
         self.stats = msg.stats
-        self.query_one(GaugePanel).show_stats(msg.stats)
+        self.query_one(GaugeColumn).show_stats(msg.stats)
         partial = self.answer.plain if self.answer is not None else ""
         session = self.app.session
         if partial:
@@ -243,7 +247,7 @@ class ChatScreen(Screen):
         self.app.session.new_chat()
         self.query_one(ChatLog).clear_log()
         self.stats = LiveStats(drafter=self.app.session.settings.drafter, phase="idle")
-        self.query_one(GaugePanel).show_stats(self.stats)
+        self.query_one(GaugeColumn).show_stats(self.stats)
         self.show_status()
         self.notify("new chat", timeout=2)
 
@@ -265,5 +269,5 @@ class ChatScreen(Screen):
         """New models: forget the conversation shown."""
         self.query_one(ChatLog).clear_log()
         self.stats = LiveStats(drafter=self.app.session.settings.drafter, phase="idle")
-        self.query_one(GaugePanel).show_stats(self.stats)
+        self.query_one(GaugeColumn).show_stats(self.stats)
 

@@ -18,6 +18,7 @@ from textual.widgets import Button, Checkbox, Footer, Header, Input, Static
 
 from ...errors import LocalspecError
 from ..comparison import ComparisonResult
+from ..compositor import install as install_compositor
 from ..messages import GenerationFailed, GenerationFinished, GenerationProgress
 from ..widgets.stream_pane import StreamPane
 from ..worker import GenerationJob
@@ -40,6 +41,7 @@ class CompareScreen(Screen):
 
     def __init__(self) -> None:
         super().__init__(id="compare-screen")
+        install_compositor(self)     # frames draw only the rows they update
         self.job: GenerationJob | None = None
         self.result: ComparisonResult | None = None
         self._base_done = None

@@ -1,21 +1,20 @@
-"""Live gauges: speed (large digits and a sparkline), drafting, memory and CPU.
+"""What the gauges say: speed (large digits and a sparkline), drafting, memory and CPU.
 
-Each gauge renders from an immutable snapshot (:class:`~localspec.tui.live.LiveStats`,
-:class:`~localspec.tui.system_stats.SystemStats`). The text gauges build Textual ``Content``
-directly (no Rich conversion) and lay the screen out again only when their height changes:
-updating one is a cheap repaint. Colours come from the component classes in gauges.tcss.
+Each gauge is a :class:`Card`: a title and lines of styled text built from an immutable
+snapshot (:class:`~localspec.tui.live.LiveStats`, :class:`~localspec.tui.system_stats.SystemStats`).
+Cards are not widgets: :class:`~localspec.tui.widgets.gauge_column.GaugeColumn` draws them
+all, framed, as the lines of one widget, so a frame that updates the gauges redraws only the
+lines whose text changed (see its docstring for why).
 """
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 
-from textual.app import ComposeResult
-from textual.containers import Vertical
-from textual.geometry import Region
 from textual.content import Content
 from textual.renderables.digits import DIGITS, DIGITS3X3_BOLD
-from textual.widget import Widget
+from textual.style import Style
 
 from ..format import bar, human_bytes, num, pct
 from ..live import LiveStats
@@ -26,31 +25,20 @@ _PHASES = {"idle": "idle", "prompt": "reading the prompt", "generating": "genera
 
 LABEL = 12   # label column of the drafting gauge
 
+StyleOf = Callable[[str], Style]   # a component name ("label", "value", ...) -> its style
 
-class TextGauge(Widget):
-    """A gauge drawn as styled text lines (labels, values, bars)."""
 
-    COMPONENT_CLASSES = {"gauge--label", "gauge--value", "gauge--bar", "gauge--bar-alt", "gauge--track",
-                         "gauge--good", "gauge--warn", "gauge--muted", "gauge--digits", "gauge--spark"}
+class Lines:
+    """Styled text written piece by piece, handed out as one Content per line."""
 
-    _height = -1
-    _content: Content | None = None
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
+    def __init__(self, style_of: StyleOf, width: int):
+        self.style_of = style_of
+        self.width = width
         self._parts: list = []
-        self._visual_styles: dict = {}   # component name -> style, looked up once
 
-    # -- building ---------------------------------------------------------------------
     def add(self, text: str, style: str | None = None) -> None:
-        """Append text in one of the gauge's component styles (label, value, bar, ...)."""
-        if style:
-            visual = self._visual_styles.get(style)
-            if visual is None:
-                visual = self._visual_styles[style] = self.get_visual_style(f"gauge--{style}", partial=True)
-            self._parts.append((text, visual))
-        else:
-            self._parts.append(text)
+        """Append text (``\\n`` starts a new line) in one of the component styles."""
+        self._parts.append((text, self.style_of(style)) if style else text)
 
     def meter(self, fraction: float | None, width: int, style: str = "bar") -> None:
         """A bar of ``width`` cells: the filled part in ``style``, the rest as a faint track."""
@@ -59,63 +47,39 @@ class TextGauge(Widget):
         self.add(filled, style)
         self.add("░" * (width - len(filled)), "track")
 
-    _layout_width = 0
+    def contents(self) -> list[Content]:
+        if not self._parts:
+            return []
+        return Content.assemble(*self._parts).split("\n", allow_blank=True)
+
+
+class Card:
+    """One titled box of the gauge column."""
+
+    title = ""
+
+    def __init__(self) -> None:
+        self.version = 0         # bumped whenever what the card shows changes
 
     @property
-    def width(self) -> int:
-        """The content width Textual last laid this gauge out with (asking the widget for its
-        size here could start a layout pass that renders this very widget again)."""
-        return self._layout_width or 40
+    def active(self) -> bool:
+        """Whether the card's frame is highlighted."""
+        return False
 
-    def get_content_height(self, container, viewport, width: int) -> int:
-        if width and width != self._layout_width:
-            self._layout_width = width
-            self._content = None        # bars follow the width
-        return super().get_content_height(container, viewport, width)
+    def changed(self) -> None:
+        self.version += 1
 
-    def build(self) -> None:  # pragma: no cover - every gauge has its own
+    def write(self, out: Lines) -> None:  # pragma: no cover - every card has its own
         raise NotImplementedError
 
-    def _make(self) -> Content:
-        parts = self._parts = []
-        self.build()
-        self._parts = []
-        return Content.assemble(*parts)
+    def lines(self, style_of: StyleOf, width: int) -> list[Content]:
+        out = Lines(style_of, width)
+        self.write(out)
+        return out.contents()
 
-    # -- drawing ----------------------------------------------------------------------
-    def render(self) -> Content:
-        if self._content is None:
-            self._content = self._make()
-        return self._content
-
-    def notify_style_update(self) -> None:
-        self._content = None           # the theme or the CSS changed
-        self._visual_styles = {}
-        super().notify_style_update()
-
-    def repaint(self) -> None:
-        """Repaint what changed: nothing when the figures shown are the same (figures rounded
-        for display often are), only the changed lines when the height is the same (a frame
-        then redraws a few lines, not the gauge), a layout pass only when the height changes."""
-        content = self._make()
-        old = self._content
-        if old is not None and content.is_same(old):
-            return
-        self._content = content
-        # The gauges lay out their own lines (text-wrap: nowrap in gauges.tcss): no wrapping.
-        lines = content.split("\n", allow_blank=True)
-        height = len(lines)
-        if height != self._height:
-            self._height = height
-            self.refresh(layout=True)
-        elif old is None:
-            self.refresh()
-        else:
-            before = old.split("\n", allow_blank=True)
-            width = self._layout_width or self.size.width
-            changed = [Region(0, y, width, 1) for y, (a, b) in enumerate(zip(before, lines)) if not a.is_same(b)]
-            if changed:
-                self.refresh(*changed)
+    def text(self, width: int = 41) -> str:
+        """The card's text, unstyled (what tests and screen readers look at)."""
+        return "\n".join(line.plain for line in self.lines(lambda name: Style(), width))
 
 
 def big_digits(text: str) -> list[str]:
@@ -145,17 +109,18 @@ def spark_rows(data, width: int, rows: int = 2) -> list[str]:
             for row in range(rows - 1, -1, -1)]
 
 
-class SpeedGauge(TextGauge):
-    """Tokens per second as large digits, what they cover, and their recent history.
+class SpeedCard(Card):
+    """Tokens per second as large digits, what they cover, and their recent history."""
 
-    One widget, one repaint: the digits, the caption and the two-row sparkline are lines of
-    the same text (each part a widget of its own would cost a repaint each, four times a
-    second).
-    """
+    title = "speed"
 
-    def __init__(self, **kw):
-        super().__init__(**kw)
+    def __init__(self) -> None:
+        super().__init__()
         self.stats = LiveStats()
+
+    @property
+    def active(self) -> bool:
+        return self.stats.active
 
     @property
     def value(self) -> str:
@@ -164,42 +129,44 @@ class SpeedGauge(TextGauge):
 
     def show(self, stats: LiveStats) -> None:
         self.stats = stats
-        self.set_class(stats.active, "-active")
-        self.repaint()
+        self.changed()
 
-    def build(self) -> None:
-        st, add = self.stats, self.add
+    def write(self, out: Lines) -> None:
+        st, add = self.stats, out.add
         add("\n".join(big_digits(self.value)) + "\n", "digits")
         parts = ["tok/s", _PHASES.get(st.phase, st.phase)]
         if st.tokens:
             parts.append(f"{st.tokens} tokens in {st.elapsed:.1f} s")
         add(" · ".join(parts) + "\n", "muted")
-        add("\n".join(spark_rows(st.history, self.width)), "spark")
+        add("\n".join(spark_rows(st.history, out.width)), "spark")
 
 
-class DraftGauge(TextGauge):
-    """Acceptance, accepted tokens per step, K and the draft/verify time split."""
+class DraftingCard(Card):
+    """Acceptance, accepted tokens per step, K, the draft/verify time split, and whether
+    drafting is on (when the adaptive policy paused it, why, in its own words)."""
 
-    def __init__(self, **kw):
-        super().__init__(**kw)
+    title = "drafting"
+
+    def __init__(self) -> None:
+        super().__init__()
         self.stats = LiveStats()
 
     def show(self, stats: LiveStats) -> None:
         self.stats = stats
-        self.repaint()
+        self.changed()
 
-    def build(self) -> None:
-        st, add = self.stats, self.add
+    def write(self, out: Lines) -> None:
+        st, add = self.stats, out.add
         if st.drafter == "none":
             add("drafting".ljust(LABEL), "label")
             add("off: the target alone", "muted")
             return
-        w = self.width
+        w = out.width
         add("acceptance".ljust(LABEL), "label")
         add(f"{pct(st.acceptance):>4} ", "value")
-        self.meter(st.acceptance, w - LABEL - 5)
-        # One decimal and no running counts: the figures settle, and a gauge whose text did
-        # not change is not repainted.
+        out.meter(st.acceptance, w - LABEL - 5)
+        # One decimal and no running counts: the figures settle, and a line whose text did
+        # not change is not redrawn.
         add("\n" + "accepted".ljust(LABEL), "label")
         add(f"{num(st.accepted_per_step, '.1f'):>4}", "value")
         add(" per drafting step", "muted")
@@ -212,66 +179,49 @@ class DraftGauge(TextGauge):
         share = st.draft_share
         add("\n" + "draft".ljust(6), "label")
         add(f"{pct(share):>4} ", "value")
-        self.meter(share, w - 23, "bar-alt")
+        out.meter(share, w - 23, "bar-alt")
         add(f" {pct(None if share is None else 1 - share):>4}", "value")
-        add(" verify", "label")
+        add(" verify\n", "label")
+        self._write_policy(out)
 
-
-class PolicyState(TextGauge):
-    """Whether drafting is on, and when the adaptive policy paused it, why (its own words).
-
-    A widget of its own: it changes only when the policy changes its mind, so the numbers
-    above it repaint without re-wrapping this text.
-    """
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.state: tuple[str, bool, str] = ("", True, "")
-
-    def show(self, stats: LiveStats) -> None:
-        state = (stats.drafter, stats.drafting, stats.policy_reason)
-        if state != self.state:
-            self.state = state
-            self.repaint()
-
-    def build(self) -> None:
-        drafter, drafting, reason = self.state
-        if drafter == "none":
-            return
-        width = max(self.width, 10)
-        if drafting:
+    def _write_policy(self, out: Lines) -> None:
+        st, width = self.stats, max(out.width, 10)
+        reason = st.policy_reason
+        if st.drafting:
             head = "● drafting on"
-            self.add(head, "good")
+            out.add(head, "good")
             if reason:
                 lines = textwrap.wrap(f"{head}: {reason}", width)
-                self.add(lines[0][len(head):] + "".join("\n" + line for line in lines[1:]), "muted")
+                out.add(lines[0][len(head):] + "".join("\n" + line for line in lines[1:]), "muted")
         else:
-            self.add("‖ drafting paused: it does not pay here", "warn")
+            out.add("‖ drafting paused: it does not pay here", "warn")
             if reason:
                 reason = reason.replace("; drafting paused (", " (")  # the headline says it
-                self.add("\n" + "\n".join(textwrap.wrap(reason, width)), "muted")
+                out.add("\n" + "\n".join(textwrap.wrap(reason, width)), "muted")
 
 
-class SystemGauge(TextGauge):
+class SystemCard(Card):
     """VRAM per GPU (NVML), RAM and CPU (psutil)."""
 
-    def __init__(self, **kw):
-        super().__init__(**kw)
+    title = "memory · cpu"
+
+    def __init__(self) -> None:
+        super().__init__()
         self.stats = SystemStats()
 
     def show(self, stats: SystemStats) -> None:
         if stats != self.stats:
             self.stats = stats
-            self.repaint()
+            self.changed()
 
-    def build(self) -> None:
-        st, add = self.stats, self.add
-        w, value_w = self.width, 20
+    def write(self, out: Lines) -> None:
+        st, add = self.stats, out.add
+        w, value_w = out.width, 20
         if st.gpus:
             for g in st.gpus:
                 add(f"VRAM{g.index}".ljust(6), "label")
                 add(f"{human_bytes(g.used)} / {human_bytes(g.total)}".ljust(value_w), "value")
-                self.meter(g.used / g.total if g.total else None, w - 6 - value_w)
+                out.meter(g.used / g.total if g.total else None, w - 6 - value_w)
                 add("\n" + " " * 6 + g.name + "\n", "muted")
         else:
             add("VRAM".ljust(6), "label")
@@ -279,7 +229,7 @@ class SystemGauge(TextGauge):
             add(("\n" + " " * 6).join(note) + "\n", "warn")
         add("RAM".ljust(6), "label")
         add(f"{human_bytes(st.ram_used)} / {human_bytes(st.ram_total)}".ljust(value_w), "value")
-        self.meter(st.ram_used / st.ram_total if st.ram_total else None, w - 6 - value_w)
+        out.meter(st.ram_used / st.ram_total if st.ram_total else None, w - 6 - value_w)
         add("\n" + "proc".ljust(6), "label")
         add(f"{human_bytes(st.process_rss)} resident", "value")
         if not st.gpus:
@@ -287,28 +237,4 @@ class SystemGauge(TextGauge):
         add("\n" + "CPU".ljust(6), "label")
         cores = f" of {st.cpu_count} cpus" if st.cpu_count else ""
         add(f"{st.cpu_percent:.0f}%{cores}".ljust(value_w), "value")
-        self.meter(st.cpu_percent / 100.0, w - 6 - value_w)
-
-
-class GaugePanel(Vertical):
-    """The gauges of the chat screen, together."""
-
-    def compose(self) -> ComposeResult:
-        speed = SpeedGauge(id="speed", classes="gauge")
-        speed.border_title = "speed"
-        yield speed
-        with Vertical(id="drafting-box", classes="gauge") as box:
-            box.border_title = "drafting"
-            yield DraftGauge(id="drafting")
-            yield PolicyState(id="policy")
-        system = SystemGauge(id="system", classes="gauge")
-        system.border_title = "memory · cpu"
-        yield system
-
-    def show_stats(self, stats: LiveStats) -> None:
-        self.query_one(SpeedGauge).show(stats)
-        self.query_one(DraftGauge).show(stats)
-        self.query_one(PolicyState).show(stats)
-
-    def show_system(self, stats: SystemStats) -> None:
-        self.query_one(SystemGauge).show(stats)
+        out.meter(st.cpu_percent / 100.0, w - 6 - value_w)

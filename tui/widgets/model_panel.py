@@ -2,54 +2,53 @@
 
 from __future__ import annotations
 
-from rich.text import Text
-from textual.widget import Widget
+import textwrap
 
 from ..format import human_bytes, human_count
 from ..session import ModelCard, ModelSummary
+from .gauges import Card, Lines
 
 _DRAFTERS = {"model": "draft model", "ngram": "n-gram (prompt lookup)", "none": "none"}
+INDENT = 7   # the label column
 
 
-class ModelPanel(Widget):
-    COMPONENT_CLASSES = {"panel--label", "panel--name", "panel--muted", "panel--good", "panel--bad"}
+class ModelsCard(Card):
+    """The model panel of the gauge column."""
 
-    def __init__(self, **kw):
-        super().__init__(**kw)
+    title = "models"
+
+    def __init__(self) -> None:
+        super().__init__()
         self.summary: ModelSummary | None = None
         self.status = "no model loaded"
-
-    def s(self, name: str):
-        return self.get_component_rich_style(f"panel--{name}", partial=True)
 
     def show(self, summary: ModelSummary | None, status: str = "") -> None:
         self.summary = summary
         self.status = status
-        self.refresh(layout=True)
+        self.changed()
 
-    def _card(self, t: Text, c: ModelCard) -> None:
-        t.append(f"{c.role:<7}", self.s("label"))
-        t.append(f"{c.name}\n", self.s("name"))
+    def _model(self, out: Lines, c: ModelCard) -> None:
+        out.add(f"{c.role:<{INDENT}}", "label")
+        out.add(f"{c.name}\n", "name")
+        pad = " " * INDENT
         gpu = f"{c.gpu_layers}/{c.n_layer} layers on GPU"
-        t.append(f"       {c.quant} · {human_bytes(c.size_bytes)} · {human_count(c.n_params)} params\n",
-                 self.s("muted"))
-        t.append(f"       {c.backend} · {gpu}\n", self.s("muted"))
+        out.add(f"{pad}{c.quant} · {human_bytes(c.size_bytes)} · {human_count(c.n_params)} params\n", "muted")
+        out.add(f"{pad}{c.backend} · {gpu}\n", "muted")
 
-    def render(self) -> Text:
-        t = Text()
+    def write(self, out: Lines) -> None:
         sm = self.summary
         if sm is None:
-            t.append(self.status or "no model loaded", self.s("muted"))
-            return t
-        self._card(t, sm.target)
+            out.add("\n".join(textwrap.wrap(self.status or "no model loaded", max(out.width, 10))), "muted")
+            return
+        self._model(out, sm.target)
         if sm.draft is not None:
-            self._card(t, sm.draft)
+            self._model(out, sm.draft)
         else:
-            t.append("draft  ", self.s("label"))
-            t.append(f"{_DRAFTERS.get(sm.drafter, sm.drafter)}\n", self.s("name"))
-        t.append("tokens ", self.s("label"))
-        style = self.s("good") if sm.compatible else (self.s("bad") if sm.compatible is False else self.s("muted"))
-        t.append(("✓ " if sm.compatible else "") + sm.compat + "\n", style)
-        t.append("ctx    ", self.s("label"))
-        t.append(f"{sm.n_ctx} tokens · {sm.threads} threads", self.s("muted"))
-        return t
+            out.add("draft".ljust(INDENT), "label")
+            out.add(f"{_DRAFTERS.get(sm.drafter, sm.drafter)}\n", "name")
+        out.add("tokens".ljust(INDENT), "label")
+        style = "good" if sm.compatible else ("bad" if sm.compatible is False else "muted")
+        verdict = textwrap.wrap(("✓ " if sm.compatible else "") + sm.compat, max(out.width - INDENT, 10))
+        out.add(("\n" + " " * INDENT).join(verdict) + "\n", style)
+        out.add("ctx".ljust(INDENT), "label")
+        out.add(f"{sm.n_ctx} tokens · {sm.threads} threads", "muted")

@@ -1,0 +1,145 @@
+"""The chat screen's gauge column: every card, framed, drawn as the lines of one widget.
+
+Why one widget: each frame, Textual redraws every widget that overlaps the rectangle around
+all the regions refreshed in that frame, each over its whole visible height (from cached
+lines, but at a cost per line). While an answer streams, a frame refreshes text on the left
+and gauges on the right, so that rectangle spans the screen. With each gauge a bordered
+widget in nested containers, a frame went through ~280 lines of 18 widgets; drawn here as
+one scrollable widget with its own frames and titles, it goes through a fraction of that,
+renders again only the lines whose text changed, and a card growing or shrinking never lays
+the screen out again.
+"""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.events import Resize
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.style import Style
+
+from ..live import LiveStats
+from ..session import ModelSummary
+from ..system_stats import SystemStats
+from .gauges import Card, DraftingCard, SpeedCard, SystemCard
+from .model_panel import ModelsCard
+
+STYLES = ("label", "value", "bar", "bar-alt", "track", "good", "warn", "bad", "muted", "name", "digits",
+          "spark", "frame", "frame-active", "title", "title-active")
+
+
+class GaugeColumn(ScrollView):
+    """Speed, drafting, memory and CPU, and the models, in titled boxes (colours in gauges.tcss)."""
+
+    COMPONENT_CLASSES = {f"gauge--{name}" for name in STYLES}
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.speed = SpeedCard()
+        self.drafting = DraftingCard()
+        self.system = SystemCard()
+        self.models = ModelsCard()
+        self.cards: tuple[Card, ...] = (self.speed, self.drafting, self.system, self.models)
+        self._framed: dict[int, tuple[tuple[int, bool], list[Content]]] = {}  # card -> (state, lines)
+        self._lines: list[Content] = []
+        self._strips: list[Strip | None] = []
+        self._width = 0
+        self._styles: dict[str, Style] = {}
+
+    # -- what is shown ----------------------------------------------------------------
+    def show_stats(self, stats: LiveStats, system: SystemStats | None = None) -> None:
+        """The generation's figures (and memory and CPU, when given): one redraw."""
+        self.speed.show(stats)
+        self.drafting.show(stats)
+        if system is not None:
+            self.system.show(system)
+        self.update_lines()
+
+    def show_system(self, stats: SystemStats) -> None:
+        self.system.show(stats)
+        self.update_lines()
+
+    def show_models(self, summary: ModelSummary | None, status: str = "") -> None:
+        self.models.show(summary, status)
+        self.update_lines()
+
+    @property
+    def text(self) -> str:
+        """Everything the column shows, unstyled."""
+        return "\n".join(line.plain for line in self._lines)
+
+    # -- lines ------------------------------------------------------------------------
+    def style_of(self, name: str) -> Style:
+        style = self._styles.get(name)
+        if style is None:     # looked up once per component (the lookup walks the CSS)
+            style = self._styles[name] = self.get_visual_style(f"gauge--{name}", partial=True)
+        return style
+
+    def _frame(self, card: Card, width: int) -> list[Content]:
+        """A card's lines in a rounded box with its title in the top edge."""
+        inner = max(width - 4, 1)
+        state = "-active" if card.active else ""
+        border, title = self.style_of(f"frame{state}"), self.style_of(f"title{state}")
+        name = f" {card.title} "
+        lines = [Content.assemble(("╭─", border), (name, title),
+                                  ("─" * max(width - 3 - len(name), 0) + "╮", border))]
+        left, right = Content.styled("│ ", border), Content.styled(" │", border)
+        for line in card.lines(self.style_of, inner):
+            lines.append(left + line.truncate(inner, pad=True) + right)
+        lines.append(Content.styled("╰" + "─" * max(width - 2, 0) + "╯", border))
+        return lines
+
+    def update_lines(self) -> None:
+        """Frame the cards that changed; redraw only the lines whose text changed."""
+        width = self._width
+        if not width:
+            return                     # not laid out yet: on_resize draws everything
+        lines: list[Content] = []
+        for card in self.cards:
+            state = (card.version, card.active)
+            framed = self._framed.get(id(card))
+            if framed is None or framed[0] != state:
+                framed = self._framed[id(card)] = (state, self._frame(card, width))
+            lines.extend(framed[1])
+        old, self._lines = self._lines, lines
+        if len(lines) != len(old):
+            self._strips = [None] * len(lines)
+            self.virtual_size = Size(width, len(lines))
+            self.refresh()
+            return
+        strips, top, height = self._strips, self.scroll_offset.y, self.size.height
+        for y, (a, b) in enumerate(zip(old, lines)):
+            if a is not b and not a.is_same(b):
+                strips[y] = None
+                if top <= y < top + height:
+                    self.refresh_line(y)
+
+    def _redraw(self) -> None:
+        self._framed.clear()
+        self._lines, self._strips = [], []
+        self.update_lines()
+
+    def on_resize(self, event: Resize) -> None:
+        width = self.scrollable_content_region.width
+        if width != self._width:
+            self._width = width
+            self._redraw()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles = {}              # the theme or the CSS changed
+        if self._width:
+            self._redraw()
+
+    def render_line(self, y: int) -> Strip:
+        index = y + self.scroll_offset.y
+        width, base = self._width, self.visual_style
+        if index >= len(self._lines):
+            return Strip.blank(width, base.rich_style)
+        strip = self._strips[index]
+        if strip is None:
+            line = self._lines[index]
+            strip = Strip(line.render_segments(base), line.cell_length)
+            strip = self._strips[index] = strip.crop_extend(0, width, base.rich_style)
+        return strip
