@@ -12,17 +12,18 @@ the screen out again.
 
 from __future__ import annotations
 
-from textual.content import Content
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
 from textual.events import Resize
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.style import Style
 
 from ..live import LiveStats
 from ..session import ModelSummary
 from ..system_stats import SystemStats
-from .gauges import Card, DraftingCard, SpeedCard, SystemCard
+from .gauges import Card, DraftingCard, Line, SpeedCard, SystemCard, plain
 from .model_panel import ModelsCard
 
 STYLES = ("label", "value", "bar", "bar-alt", "track", "good", "warn", "bad", "muted", "name", "digits",
@@ -41,11 +42,11 @@ class GaugeColumn(ScrollView):
         self.system = SystemCard()
         self.models = ModelsCard()
         self.cards: tuple[Card, ...] = (self.speed, self.drafting, self.system, self.models)
-        self._framed: dict[int, tuple[tuple[int, bool], list[Content]]] = {}  # card -> (state, lines)
-        self._lines: list[Content] = []
+        self._framed: dict[int, tuple[tuple[int, bool], list[Line]]] = {}  # card -> (state, lines)
+        self._lines: list[Line] = []
         self._strips: list[Strip | None] = []
         self._width = 0
-        self._styles: dict[str, Style] = {}
+        self._styles: dict[str | None, Style] = {}
 
     # -- what is shown ----------------------------------------------------------------
     def show_stats(self, stats: LiveStats, system: SystemStats | None = None) -> None:
@@ -67,27 +68,34 @@ class GaugeColumn(ScrollView):
     @property
     def text(self) -> str:
         """Everything the column shows, unstyled."""
-        return "\n".join(line.plain for line in self._lines)
+        return "\n".join(plain(line) for line in self._lines)
 
     # -- lines ------------------------------------------------------------------------
-    def style_of(self, name: str) -> Style:
+    def style_of(self, name: str | None) -> Style:
+        """The Rich style a part is drawn in: the column's own, plus the component's colours."""
         style = self._styles.get(name)
         if style is None:     # looked up once per component (the lookup walks the CSS)
-            style = self._styles[name] = self.get_visual_style(f"gauge--{name}", partial=True)
+            base = self.visual_style
+            if name is not None:     # combined as Textual styles: a translucent colour blends
+                base = base + self.get_visual_style(f"gauge--{name}", partial=True)
+            style = self._styles[name] = base.rich_style
         return style
 
-    def _frame(self, card: Card, width: int) -> list[Content]:
+    def _frame(self, card: Card, width: int) -> list[Line]:
         """A card's lines in a rounded box with its title in the top edge."""
         inner = max(width - 4, 1)
         state = "-active" if card.active else ""
-        border, title = self.style_of(f"frame{state}"), self.style_of(f"title{state}")
+        border, title = f"frame{state}", f"title{state}"
         name = f" {card.title} "
-        lines = [Content.assemble(("╭─", border), (name, title),
-                                  ("─" * max(width - 3 - len(name), 0) + "╮", border))]
-        left, right = Content.styled("│ ", border), Content.styled(" │", border)
-        for line in card.lines(self.style_of, inner):
-            lines.append(left + line.truncate(inner, pad=True) + right)
-        lines.append(Content.styled("╰" + "─" * max(width - 2, 0) + "╯", border))
+        lines: list[Line] = [(("╭─", border), (name, title), ("─" * max(width - 3 - len(name), 0) + "╮", border))]
+        left, right = ("│ ", border), (" │", border)
+        for line in card.lines(inner):
+            room = inner - cell_len(plain(line))
+            if room < 0:                   # wider than the box: cut (the gauges size to fit)
+                line = ((Strip([Segment(plain(line))]).crop(0, inner).text, line[0][1] if line else None),)
+                room = 0
+            lines.append((left, *line, (" " * room, None), right))
+        lines.append((("╰" + "─" * max(width - 2, 0) + "╯", border),))
         return lines
 
     def update_lines(self) -> None:
@@ -95,7 +103,7 @@ class GaugeColumn(ScrollView):
         width = self._width
         if not width:
             return                     # not laid out yet: on_resize draws everything
-        lines: list[Content] = []
+        lines: list[Line] = []
         for card in self.cards:
             state = (card.version, card.active)
             framed = self._framed.get(id(card))
@@ -110,7 +118,7 @@ class GaugeColumn(ScrollView):
             return
         strips, top, height = self._strips, self.scroll_offset.y, self.size.height
         for y, (a, b) in enumerate(zip(old, lines)):
-            if a is not b and not a.is_same(b):
+            if a is not b and a != b:
                 strips[y] = None
                 if top <= y < top + height:
                     self.refresh_line(y)
@@ -134,12 +142,12 @@ class GaugeColumn(ScrollView):
 
     def render_line(self, y: int) -> Strip:
         index = y + self.scroll_offset.y
-        width, base = self._width, self.visual_style
+        width = self._width
         if index >= len(self._lines):
-            return Strip.blank(width, base.rich_style)
+            return Strip.blank(width, self.style_of(None))
         strip = self._strips[index]
         if strip is None:
-            line = self._lines[index]
-            strip = Strip(line.render_segments(base), line.cell_length)
-            strip = self._strips[index] = strip.crop_extend(0, width, base.rich_style)
+            style_of = self.style_of
+            strip = Strip([Segment(text, style_of(name)) for text, name in self._lines[index]])
+            strip = self._strips[index] = strip.crop_extend(0, width, style_of(None))
         return strip

@@ -1,6 +1,7 @@
 """What the gauges say: speed (large digits and a sparkline), drafting, memory and CPU.
 
-Each gauge is a :class:`Card`: a title and lines of styled text built from an immutable
+Each gauge is a :class:`Card`: a title and lines of styled text (component names, colours in
+gauges.tcss) built from an immutable
 snapshot (:class:`~localspec.tui.live.LiveStats`, :class:`~localspec.tui.system_stats.SystemStats`).
 Cards are not widgets: :class:`~localspec.tui.widgets.gauge_column.GaugeColumn` draws them
 all, framed, as the lines of one widget, so a frame that updates the gauges redraws only the
@@ -10,11 +11,8 @@ lines whose text changed (see its docstring for why).
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
 
-from textual.content import Content
 from textual.renderables.digits import DIGITS, DIGITS3X3_BOLD
-from textual.style import Style
 
 from ..format import bar, human_bytes, num, pct
 from ..live import LiveStats
@@ -25,20 +23,28 @@ _PHASES = {"idle": "idle", "prompt": "reading the prompt", "generating": "genera
 
 LABEL = 12   # label column of the drafting gauge
 
-StyleOf = Callable[[str], Style]   # a component name ("label", "value", ...) -> its style
+Part = tuple[str, "str | None"]     # (text, component name or None for the plain style)
+Line = tuple[Part, ...]
 
 
 class Lines:
-    """Styled text written piece by piece, handed out as one Content per line."""
+    """Styled text written piece by piece, handed out line by line.
 
-    def __init__(self, style_of: StyleOf, width: int):
-        self.style_of = style_of
+    A line is a tuple of (text, component name) parts: cheap to build, to compare with the
+    line shown before, and to draw (the column turns names into styles once).
+    """
+
+    def __init__(self, width: int):
         self.width = width
-        self._parts: list = []
+        self._lines: list[list[Part]] = [[]]
 
     def add(self, text: str, style: str | None = None) -> None:
         """Append text (``\\n`` starts a new line) in one of the component styles."""
-        self._parts.append((text, self.style_of(style)) if style else text)
+        first, *rest = text.split("\n")
+        if first:
+            self._lines[-1].append((first, style))
+        for line in rest:
+            self._lines.append([(line, style)] if line else [])
 
     def meter(self, fraction: float | None, width: int, style: str = "bar") -> None:
         """A bar of ``width`` cells: the filled part in ``style``, the rest as a faint track."""
@@ -47,10 +53,14 @@ class Lines:
         self.add(filled, style)
         self.add("░" * (width - len(filled)), "track")
 
-    def contents(self) -> list[Content]:
-        if not self._parts:
+    def lines(self) -> list[Line]:
+        if self._lines == [[]]:
             return []
-        return Content.assemble(*self._parts).split("\n", allow_blank=True)
+        return [tuple(parts) for parts in self._lines]
+
+
+def plain(line: Line) -> str:
+    return "".join(text for text, _ in line)
 
 
 class Card:
@@ -72,14 +82,14 @@ class Card:
     def write(self, out: Lines) -> None:  # pragma: no cover - every card has its own
         raise NotImplementedError
 
-    def lines(self, style_of: StyleOf, width: int) -> list[Content]:
-        out = Lines(style_of, width)
+    def lines(self, width: int) -> list[Line]:
+        out = Lines(width)
         self.write(out)
-        return out.contents()
+        return out.lines()
 
     def text(self, width: int = 41) -> str:
-        """The card's text, unstyled (what tests and screen readers look at)."""
-        return "\n".join(line.plain for line in self.lines(lambda name: Style(), width))
+        """The card's text, unstyled (what tests look at)."""
+        return "\n".join(plain(line) for line in self.lines(width))
 
 
 def big_digits(text: str) -> list[str]:
