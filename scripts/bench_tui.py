@@ -11,6 +11,12 @@ Textual's caches behind and each costs a little more than the last.
 
     python scripts/bench_tui.py --demo -n 256 --runs 9 --out docs/bench/tui-overhead-smollm2-cpu.json
 
+``--same-process`` alternates the two kinds inside one process instead (one app, one loaded
+engine, pairs seconds apart: the machine's drift between processes cancels out; the idle app
+is there during the headless runs):
+
+    python scripts/bench_tui.py --demo -n 256 --runs 12 --same-process --out docs/bench/tui-overhead-paired.json
+
 ``--terminal`` measures the whole thing as a user runs it instead: ``localspec chat`` in a real
 terminal (tmux, 130x42, which also draws every frame) against ``localspec run --json``, each a
 fresh process, tok/s as each reports it (the app's status line has one decimal).
@@ -137,6 +143,51 @@ async def in_app(engine: Engine, choice: ModelChoice, prompt: str, settings: Cha
     return out
 
 
+async def paired(engine: Engine, tokens: list[int], choice: ModelChoice, settings: ChatSettings, args,
+                 size) -> list[dict]:
+    """``--same-process``: one app, one loaded engine; headless and app generations alternate,
+    seconds apart, so each pair sees the machine at the same speed. While the headless run
+    decodes, the app sits idle on its chat screen (its once-a-second memory reading goes on)."""
+    shared = Shared(engine)
+    app = LocalspecApp(ChatSession(choice, settings, engine_factory=lambda config: shared))
+    pairs = []
+    async with app.run_test(size=size) as pilot:
+        while app.engine_state != "ready":
+            if app.engine_state == "failed":
+                raise SystemExit(f"the app could not load the models: {app.status_text}")
+            await pilot.pause(0.05)
+        screen = app.screen
+        await pilot.pause(0.3)
+        for i in range(args.runs):
+            pair = {}
+            for kind in (("headless", "app") if i % 2 == 0 else ("app", "headless")):
+                if kind == "headless":
+                    out: dict = {}
+                    worker = threading.Thread(target=lambda: out.update(_headless(engine, tokens, settings)))
+                    worker.start()
+                    while worker.is_alive():
+                        await asyncio.sleep(0.25)
+                else:
+                    engine.reset()
+                    screen.last_done = None
+                    box = screen.query_one("#prompt")
+                    box.value = args.prompt
+                    box.focus()
+                    await box.action_submit()
+                    while screen.job is not None or screen.last_done is None:
+                        await asyncio.sleep(0.25)
+                    d = screen.last_done
+                    out = {"tokens_per_second": d.summary.tokens_per_second, "n_generated": d.summary.n_generated,
+                           "token_ids": list(d.token_ids)}
+                    await pilot.press("ctrl+n")       # the same prompt, the same tokens, next time
+                    await pilot.pause(0.3)
+                pair[kind] = out
+                print(f"pair {i + 1}/{args.runs} {kind:8}: {out['tokens_per_second']:7.1f} tok/s", file=sys.stderr)
+            pairs.append(pair)
+        await pilot.press("ctrl+q")
+    return pairs
+
+
 def one_run(kind: str, target: str, draft: str, args) -> dict:
     """A single measured run in this process (the ``--child`` mode)."""
     settings = _settings(args)
@@ -145,7 +196,10 @@ def one_run(kind: str, target: str, draft: str, args) -> dict:
                                  drafting=settings.drafting()))
     tokens = engine.chat_prompt([{"role": "user", "content": args.prompt}])
     headless(engine, tokens, settings)           # warm-up, the same for both kinds
-    if kind == "headless":
+    if kind == "paired":
+        size = tuple(int(x) for x in args.size.lower().split("x"))
+        out = {"pairs": asyncio.run(paired(engine, tokens, choice, settings, args, size))}
+    elif kind == "headless":
         out = headless(engine, tokens, settings)
     else:
         size = tuple(int(x) for x in args.size.lower().split("x"))
@@ -225,7 +279,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--terminal", action="store_true",
                     help="localspec chat in a real terminal (tmux) against localspec run --json")
-    ap.add_argument("--child", choices=("headless", "app"), help=argparse.SUPPRESS)
+    ap.add_argument("--same-process", action="store_true",
+                    help="one process, one app: headless and app generations alternate, seconds apart")
+    ap.add_argument("--child", choices=("headless", "app", "paired"), help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.demo:
@@ -255,23 +311,40 @@ def main() -> None:
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
     runs: dict[str, list[dict]] = {"headless": [], "app": []}
-    for i in range(args.runs):
-        for kind in (("headless", "app") if i % 2 == 0 else ("app", "headless")):
-            r = run(kind)
-            runs[kind].append(r)
-            ui = f", UI thread {r['ui_thread_cpu_share']:.1%} of a core" if "ui_thread_cpu_share" in r else ""
-            print(f"run {i + 1}/{args.runs} {kind:8}: {r['tokens_per_second']:7.1f} tok/s "
-                  f"({r['n_generated']} tokens{ui})", file=sys.stderr)
+    if args.same_process:
+        proc = subprocess.run([sys.executable, __file__, *child_args, "--child", "paired"], check=False,
+                              stdout=subprocess.PIPE, text=True)
+        if proc.returncode != 0:
+            raise SystemExit("the paired run failed")
+        data = json.loads(proc.stdout.strip().splitlines()[-1])
+        for pair in data["pairs"]:
+            for kind in runs:
+                runs[kind].append(pair[kind])
+        runs["headless"][0]["describe"] = data["describe"]
+    else:
+        for i in range(args.runs):
+            for kind in (("headless", "app") if i % 2 == 0 else ("app", "headless")):
+                r = run(kind)
+                runs[kind].append(r)
+                ui = f", UI thread {r['ui_thread_cpu_share']:.1%} of a core" if "ui_thread_cpu_share" in r else ""
+                print(f"run {i + 1}/{args.runs} {kind:8}: {r['tokens_per_second']:7.1f} tok/s "
+                      f"({r['n_generated']} tokens{ui})", file=sys.stderr)
     ids = [r["token_ids"] for k in runs for r in runs[k] if r["token_ids"] is not None]
     same = all(x == ids[0] for x in ids)
     if args.terminal:   # the app shows the count, not the tokens: equal counts at least
         same = same and len({r["n_generated"] for k in runs for r in runs[k]}) == 1
     med = {k: statistics.median(r["tokens_per_second"] for r in v) for k, v in runs.items()}
     overhead = 1.0 - med["app"] / med["headless"]
+    # Each app run against the headless run next to it: robust to the machine's drift.
+    pair_overheads = [1.0 - a["tokens_per_second"] / h["tokens_per_second"]
+                      for h, a in zip(runs["headless"], runs["app"])]
+    pair_overhead = statistics.median(pair_overheads)
     info = runs["headless"][0].get("describe") or {"target": target, "draft": draft}
     result = {
         "what": ("tok/s of the same greedy generation, localspec run --json vs localspec chat in tmux"
                  if args.terminal else
+                 "tok/s of the same greedy generation, headless vs through the Textual app (run_test), "
+                 "alternating in one process with one app and one loaded engine" if args.same_process else
                  "tok/s of the same greedy generation, headless vs through the Textual app (run_test), "
                  "each run in a process of its own"),
         "command": " ".join(["python", "scripts/bench_tui.py", *sys.argv[1:]]),
@@ -281,13 +354,15 @@ def main() -> None:
         "models": info, "prompt": args.prompt, "max_tokens": args.max_tokens,
         "policy": "adaptive" if args.adaptive else f"fixed K={args.draft_max}",
         "median_tokens_per_second": med, "overhead_fraction": overhead,
-        "median_ui_thread_cpu_share": (None if args.terminal else
+        "pair_overheads": pair_overheads, "median_pair_overhead": pair_overhead,
+        "median_ui_thread_cpu_share": (None if args.terminal or args.same_process else
                                        statistics.median(r["ui_thread_cpu_share"] for r in runs["app"])),
         "outputs_identical": same,
         "runs": {k: [{x: y for x, y in r.items() if x not in ("token_ids", "describe")} for r in v]
                  for k, v in runs.items()},
     }
-    print(f"headless {med['headless']:.1f} tok/s, app {med['app']:.1f} tok/s: overhead {overhead:+.2%}"
+    print(f"headless {med['headless']:.1f} tok/s, app {med['app']:.1f} tok/s: overhead {overhead:+.2%} "
+          f"(median of the {len(pair_overheads)} pairs {pair_overhead:+.2%})"
           f"{'' if same else ' (outputs differ!)'}", file=sys.stderr)
     emit(result, args.out)
 

@@ -2,7 +2,8 @@
 
 Generation and pull progress is coalesced by :mod:`.worker`: a message carries everything
 that happened since the previous one (text segments, a statistics snapshot, the latest
-byte counts), and at most ``1 / interval`` of them are posted per second.
+byte counts), and at most ``1 / interval`` of them are posted per second. They go to the
+screen that started the job and stop there (``bubble=False``: no second dispatch at the app).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class EngineFailed(Message):
 
 # -- generation ---------------------------------------------------------------------------
 
-class GenerationProgress(Message):
+class GenerationProgress(Message, bubble=False):
     """Text and statistics since the previous progress message of the same job."""
 
     def __init__(self, job: str, segments: list[Segment], stats: LiveStats) -> None:
@@ -46,7 +47,7 @@ class GenerationProgress(Message):
         self.stats = stats
 
 
-class GenerationFinished(Message):
+class GenerationFinished(Message, bubble=False):
     """The last message of a job that ran to its end (or was stopped)."""
 
     def __init__(self, job: str, segments: list[Segment], stats: LiveStats, done: Done,
@@ -60,7 +61,7 @@ class GenerationFinished(Message):
         self.steps_after_stop = steps_after_stop
 
 
-class GenerationFailed(Message):
+class GenerationFailed(Message, bubble=False):
     """The last message of a job that raised (context overflow, a broken template...)."""
 
     def __init__(self, job: str, segments: list[Segment], stats: LiveStats, error: str) -> None:
@@ -73,14 +74,14 @@ class GenerationFailed(Message):
 
 # -- pulling ------------------------------------------------------------------------------
 
-class PullStatus(Message):
+class PullStatus(Message, bubble=False):
     def __init__(self, text: str, files: list[tuple[str, int]] | None = None) -> None:
         super().__init__()
         self.text = text
         self.files = files or []      # (progress label, bytes) of every file, once the plan is known
 
 
-class PullProgress(Message):
+class PullProgress(Message, bubble=False):
     """Latest (done, total) bytes of every file that moved since the previous message."""
 
     def __init__(self, progress: dict[str, tuple[int, int]]) -> None:
@@ -88,7 +89,7 @@ class PullProgress(Message):
         self.progress = progress
 
 
-class PullFinished(Message):
+class PullFinished(Message, bubble=False):
     def __init__(self, target: str, draft: str | None, target_path: str, draft_path: str | None) -> None:
         super().__init__()
         self.target = target
@@ -97,7 +98,7 @@ class PullFinished(Message):
         self.draft_path = draft_path
 
 
-class PullFailed(Message):
+class PullFailed(Message, bubble=False):
     def __init__(self, error: str, details: str = "", cancelled: bool = False) -> None:
         super().__init__()
         self.error = error

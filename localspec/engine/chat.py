@@ -6,6 +6,7 @@ Jinja's immutable sandbox (no attribute access to internals, no mutation of our 
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime
 
@@ -42,6 +43,12 @@ def _environment() -> ImmutableSandboxedEnvironment:
 _ENV = _environment()
 
 
+@functools.lru_cache(maxsize=16)
+def _compiled(template: str) -> jinja2.Template:
+    """A chat template compiled once (compiling takes milliseconds; a chat renders every turn)."""
+    return _ENV.from_string(template)
+
+
 def render_chat(template: str | None, messages: list[dict], *, bos_token: str = "",
                 eos_token: str = "", add_generation_prompt: bool = True) -> str:
     """Render ``messages`` (dicts with role and content) with a chat template."""
@@ -49,7 +56,7 @@ def render_chat(template: str | None, messages: list[dict], *, bos_token: str = 
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise LocalspecError("each chat message needs a role and a content")
     try:
-        tmpl = _ENV.from_string(template or CHATML)
+        tmpl = _compiled(template or CHATML)
         return tmpl.render(messages=messages, bos_token=bos_token, eos_token=eos_token,
                            add_generation_prompt=add_generation_prompt)
     except jinja2.exceptions.SecurityError as exc:
