@@ -12,8 +12,8 @@ Textual's caches behind and each costs a little more than the last.
     python scripts/bench_tui.py --demo -n 256 --runs 9 --out docs/bench/tui-overhead-smollm2-cpu.json
 
 ``--same-process`` alternates the two kinds inside one process instead (one app, one loaded
-engine, pairs seconds apart: the machine's drift between processes cancels out; the idle app
-is there during the headless runs):
+engine, pairs seconds apart: the machine's drift between processes cancels out; during a
+headless run the app's event loop is blocked, so the app costs nothing then):
 
     python scripts/bench_tui.py --demo -n 256 --runs 12 --same-process --out docs/bench/tui-overhead-paired.json
 
@@ -147,7 +147,7 @@ async def paired(engine: Engine, tokens: list[int], choice: ModelChoice, setting
                  size) -> list[dict]:
     """``--same-process``: one app, one loaded engine; headless and app generations alternate,
     seconds apart, so each pair sees the machine at the same speed. While the headless run
-    decodes, the app sits idle on its chat screen (its once-a-second memory reading goes on)."""
+    decodes, the app's event loop waits for it (blocked, as if there were no app)."""
     shared = Shared(engine)
     app = LocalspecApp(ChatSession(choice, settings, engine_factory=lambda config: shared))
     pairs = []
@@ -165,8 +165,7 @@ async def paired(engine: Engine, tokens: list[int], choice: ModelChoice, setting
                     out: dict = {}
                     worker = threading.Thread(target=lambda: out.update(_headless(engine, tokens, settings)))
                     worker.start()
-                    while worker.is_alive():
-                        await asyncio.sleep(0.25)
+                    worker.join()      # the app's loop is blocked meanwhile: it costs nothing
                 else:
                     engine.reset()
                     screen.last_done = None

@@ -166,8 +166,11 @@ class GenerationJob(Job):
             self.post(GenerationFailed(self.name, segments, stats, self.error or "the generation ended early"))
 
     def flush(self) -> None:
+        """Post what accumulated since the last tick. With nothing new (a slow step) it posts
+        all the same: the figures move on (the live rate falls), so the gauges keep their pace
+        and the UI needs no timer of its own while a generation runs."""
         with self._lock:
-            if not self.acc.dirty or self.acc.done is not None:
+            if self.acc.done is not None:
                 return
             segments, stats = self.acc.take_segments(), self.acc.snapshot()
         self.post(GenerationProgress(self.name, segments, stats))

@@ -66,15 +66,16 @@ class ChatScreen(Screen):
     def on_mount(self) -> None:
         self.watch(self.app, "engine_state", self._engine_changed)
         self.watch(self.app, "status_text", self._engine_changed)
-        self.set_interval(self.app.gauge_interval, self.tick)
+        self._timer = self.set_interval(self.app.gauge_interval, self.tick)
         self.refresh_system()
         self.query_one(GaugeColumn).show_stats(LiveStats(drafter=self.app.session.settings.drafter, phase="idle"))
         self.query_one("#prompt", Input).focus()
 
     # -- state shown ------------------------------------------------------------------
     def tick(self) -> None:
-        """The gauge timer. While generating, the gauges ride on the progress messages; the
-        timer only steps in when those are late (a slow step), so it adds no frames."""
+        """The gauge timer. While generating, the gauges ride on the progress messages (the
+        timer is paused when those come at a steady pace; otherwise it steps in when they are
+        late), so it adds no frames."""
         if self.job is None:
             self.refresh_system(every=IDLE_SYSTEM_INTERVAL)
         elif time.monotonic() - self._progress_at > 2 * self.app.gauge_interval:
@@ -158,6 +159,8 @@ class ChatScreen(Screen):
             estimates=policy.estimates if policy is not None else None)
         app.start_job(self.job)
         prompt.cursor_blink = False    # one thing less to redraw while tokens stream
+        if self.job.interval is not None:
+            self._timer.pause()        # the worker's ticker paces the gauges meanwhile
         self.show_status()
         return True
 
@@ -226,6 +229,7 @@ class ChatScreen(Screen):
     def _end_job(self) -> None:
         job, self.job = self.job, None
         self.answer = None
+        self._timer.resume()
         self.query_one("#prompt", Input).cursor_blink = True
         self.app.job_finished(job)
         if self._new_chat_pending:
