@@ -3,11 +3,13 @@ stop, settings, comparison, pull from the local test Hub, errors, and the worker
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
 
 import pytest
+from localspec.tui.app import GC_THRESHOLDS
 from localspec.tui.screens.chat import ChatScreen
 from localspec.tui.screens.compare import CompareScreen
 from localspec.tui.screens.dialogs import ErrorDialog
@@ -154,6 +156,18 @@ async def test_progress_messages_are_coalesced_and_gauges_refresh(slow_pair):
         assert sum(gaps) / len(gaps) >= 0.08
         during = [t for t in monitor.times if t0 <= t <= t1]
         assert len(during) >= 4 * elapsed - 2, (len(during), elapsed)
+
+
+@run_async
+async def test_garbage_is_collected_in_larger_batches_while_the_app_runs(tiny_target, tiny_draft):
+    """Fewer young-generation passes while the app runs (each holds the GIL; see GC_THRESHOLDS),
+    and Python's own settings back when it ends."""
+    before = gc.get_threshold()
+    app = tiny_app(tiny_target, tiny_draft)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        assert gc.get_threshold() == GC_THRESHOLDS
+    assert gc.get_threshold() == before
 
 
 @run_async

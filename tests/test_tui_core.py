@@ -219,6 +219,32 @@ def test_generation_job_coalesces_at_a_bounded_rate():
     assert last.stats.tokens == len(last.done.token_ids) > 1000
 
 
+def test_generation_job_keeps_the_gauges_moving_through_a_slow_step():
+    """A step that takes 0.6 s (a big model on a CPU): the ticker still posts at its pace, with
+    no text and a live rate that falls, so the screen needs no timer of its own meanwhile."""
+    def events(cancel):
+        yield PromptProcessed(5, 0, 0.0)
+        yield Token(1, "a", Origin.TARGET)
+        yield Step(1, 0, 0, 0, 1, 0.0, 0.01, False)
+        time.sleep(0.6)
+        yield Token(2, "b", Origin.TARGET)
+        yield Step(2, 0, 0, 0, 1, 0.0, 0.6, False)
+        yield Done(Summary(n_generated=2), "ab", (1, 2), StopReason.MAX_TOKENS)
+
+    sink = Sink()
+    job = GenerationJob(sink, "t", events, interval=0.1).start()
+    assert job.join(5)
+    progress = [(t, m) for t, m in sink.messages if isinstance(m, GenerationProgress)]
+    quiet = [m for _, m in progress if not m.segments]
+    assert len(quiet) >= 3                       # posted during the slow step, without new text
+    gaps = [b - a for (a, _), (b, _) in zip(progress, progress[1:])]
+    assert max(gaps) < 0.3
+    rates = [m.stats.rate for m in quiet]
+    assert rates[-1] < rates[0]                  # the live tok/s falls while nothing comes
+    text = "".join(t for _, m in progress for t, _ in m.segments) + "".join(t for t, _ in sink.messages[-1][1].segments)
+    assert text == "ab"
+
+
 def test_generation_job_stop_and_failure():
     started = threading.Event()
 
