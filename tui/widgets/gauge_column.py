@@ -1,13 +1,12 @@
 """The chat screen's gauge column: every card, framed, drawn as the lines of one widget.
 
-Why one widget: each frame, Textual redraws every widget that overlaps the rectangle around
-all the regions refreshed in that frame, each over its whole visible height (from cached
-lines, but at a cost per line). While an answer streams, a frame refreshes text on the left
-and gauges on the right, so that rectangle spans the screen. With each gauge a bordered
-widget in nested containers, a frame went through ~280 lines of 18 widgets; drawn here as
-one scrollable widget with its own frames and titles, it goes through a fraction of that,
-renders again only the lines whose text changed, and a card growing or shrinking never lays
-the screen out again.
+Why one widget: while an answer streams, each frame refreshes a few lines of text on the
+left and a few gauge lines on the right, and Textual draws a frame from every widget in the
+rectangle around everything refreshed. With each gauge a bordered widget in nested
+containers, that was a dozen more widgets and their lines in every frame. Drawn here as one
+scrollable widget with its own frames and titles, the column renders again only the lines
+whose text changed, and a card growing or shrinking never lays the screen out again (see
+also :mod:`..compositor`, which keeps a frame to the rows it updates).
 """
 
 from __future__ import annotations
