@@ -13,8 +13,8 @@ from textual.widgets import Footer, Header, Input, Static
 
 from ...engine.events import StopReason
 from ...errors import LocalspecError
-from ..live import LiveStats
 from ..compositor import install as install_compositor
+from ..live import LiveStats
 from ..messages import GenerationFailed, GenerationFinished, GenerationProgress
 from ..widgets.chat_log import ChatLog, MessageView, OriginLegend
 from ..widgets.gauge_column import GaugeColumn
@@ -99,8 +99,8 @@ class ChatScreen(Screen):
 
     def _engine_changed(self, _=None) -> None:
         app = self.app
-        self.query_one(GaugeColumn).show_models(app.session.summary if app.engine_state == "ready" else None,
-                                        app.status_text)
+        summary = app.session.summary if app.engine_state == "ready" else None
+        self.query_one(GaugeColumn).show_models(summary, app.status_text)
         self.sub_title = app.session.choice.label()
         self.show_status()
 
