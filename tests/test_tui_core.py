@@ -395,3 +395,13 @@ def test_chat_command_uses_tuned_settings_unless_a_flag_is_given(tiny_target, ti
     chat(str(tiny_target), "--draft", str(tiny_draft), "--draft-max", "6")   # a flag wins
     assert (seen[-1].draft_max, seen[-1].adaptive) == (6, False)
     assert "using tuned" not in capsys.readouterr().err
+
+
+def test_gauge_lines_wider_than_the_box_are_cut_keeping_their_styles():
+    from localspec.tui.widgets.gauge_column import clip
+
+    line = (("acceptance", "label"), (" 59% ", "value"), ("█" * 40, "bar"))
+    cut = clip(line, 20)
+    assert cut == (("acceptance", "label"), (" 59% ", "value"), ("█" * 5, "bar"))
+    assert clip((("日本語", None),), 3) == (("日 ", None),)      # a wide glyph never split in half
+    assert clip(line, 100) == line

@@ -11,7 +11,7 @@ also :mod:`..compositor`, which keeps a frame to the rows it updates).
 
 from __future__ import annotations
 
-from rich.cells import cell_len
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual.events import Resize
@@ -29,6 +29,19 @@ STYLES = ("label", "value", "bar", "bar-alt", "track", "good", "warn", "bad", "m
           "spark", "frame", "frame-active", "title", "title-active")
 
 
+def clip(line: Line, width: int) -> Line:
+    """The first ``width`` cells of a line, each part keeping its style."""
+    out = []
+    for text, style in line:
+        cells = cell_len(text)
+        if cells >= width:
+            out.append((set_cell_size(text, width), style))
+            break
+        out.append((text, style))
+        width -= cells
+    return tuple(out)
+
+
 class GaugeColumn(ScrollView):
     """Speed, drafting, memory and CPU, and the models, in titled boxes (colours in gauges.tcss)."""
 
@@ -41,7 +54,7 @@ class GaugeColumn(ScrollView):
         self.system = SystemCard()
         self.models = ModelsCard()
         self.cards: tuple[Card, ...] = (self.speed, self.drafting, self.system, self.models)
-        self._framed: dict[int, tuple[tuple[int, bool], list[Line]]] = {}  # card -> (state, lines)
+        self._framed: dict[Card, tuple[tuple[int, bool], list[Line]]] = {}  # card -> (state, lines)
         self._lines: list[Line] = []
         self._strips: list[Strip | None] = []
         self._width = 0
@@ -90,9 +103,8 @@ class GaugeColumn(ScrollView):
         left, right = ("│ ", border), (" │", border)
         for line in card.lines(inner):
             room = inner - cell_len(plain(line))
-            if room < 0:                   # wider than the box: cut (the gauges size to fit)
-                line = ((Strip([Segment(plain(line))]).crop(0, inner).text, line[0][1] if line else None),)
-                room = 0
+            if room < 0:                   # wider than the box (the gauges size to fit): cut
+                line, room = clip(line, inner), 0
             lines.append((left, *line, (" " * room, None), right))
         lines.append((("╰" + "─" * max(width - 2, 0) + "╯", border),))
         return lines
@@ -105,9 +117,9 @@ class GaugeColumn(ScrollView):
         lines: list[Line] = []
         for card in self.cards:
             state = (card.version, card.active)
-            framed = self._framed.get(id(card))
+            framed = self._framed.get(card)
             if framed is None or framed[0] != state:
-                framed = self._framed[id(card)] = (state, self._frame(card, width))
+                framed = self._framed[card] = (state, self._frame(card, width))
             lines.extend(framed[1])
         old, self._lines = self._lines, lines
         if len(lines) != len(old):
