@@ -5,10 +5,18 @@ from __future__ import annotations
 import click
 
 from ..catalog import load_catalog
-from ..engine.backend import CACHE_TYPES
 from ..errors import BadInput
 from .main import cli
-from .options import apply_tuned, resolve_model
+from .options import (
+    apply_tuned,
+    check_draft_lengths,
+    chosen_drafter,
+    drafter_options,
+    explicit,
+    hardware_options,
+    resolve_model,
+    sampling_options,
+)
 
 
 def _store_draft(target_arg: str, target_path: str) -> tuple[str, str] | None:
@@ -35,12 +43,7 @@ def choose_models(target: str | None, opts: dict):
     """A ModelChoice from the command line (the demo pair when no TARGET is given)."""
     from ..tui.session import ModelChoice
 
-    chosen = [name for name, on in (("--draft", bool(opts.get("draft"))), ("--ngram", opts.get("ngram")),
-                                     ("--no-draft", opts.get("no_draft"))) if on]
-    if len(chosen) > 1:
-        raise BadInput(f"choose one of --draft, --ngram, --no-draft (got {' and '.join(chosen)})")
-    drafter = {"--draft": "model", "--ngram": "ngram", "--no-draft": "none"}.get(chosen[0] if chosen else "",
-                                                                                  "model")
+    drafter = chosen_drafter(opts, "--draft") or "model"
     hw = dict(n_ctx=opts["n_ctx"], threads=opts["threads"], gpu_layers=opts["gpu_layers"],
               gpu_layers_draft=opts["gpu_layers_draft"], cache_type=opts["cache_type"])
     if target is None:
@@ -66,38 +69,12 @@ def choose_models(target: str | None, opts: dict):
 
 @cli.command()
 @click.argument("target", required=False, metavar="[TARGET]")
-@click.option("-d", "--draft", metavar="DRAFT", help="Draft model (a .gguf, local name or pulled alias).")
-@click.option("--ngram", is_flag=True, help="Draft by prompt lookup (n-grams) instead of a model.")
-@click.option("--no-draft", is_flag=True, help="Target alone, no speculation.")
+@drafter_options()
 @click.option("--system", metavar="TEXT", help="System message.")
 @click.option("-n", "--max-tokens", type=click.IntRange(min=1), default=512, show_default=True,
               help="Most tokens per answer.")
-@click.option("--temp", type=click.FloatRange(min=0.0), default=0.8, show_default=True,
-              help="Temperature; 0 is greedy.")
-@click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True, help="Top-k (0: off).")
-@click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.95,
-              show_default=True, help="Top-p (nucleus).")
-@click.option("--min-p", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=0.05,
-              show_default=True, help="Min-p.")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Random seed (sampling).")
-@click.option("--draft-temp", type=click.FloatRange(min=0.0), default=None,
-              help="Draft temperature (default: as --temp); stays lossless.")
-@click.option("--draft-max", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Longest draft; given explicitly, exactly this many every step (adaptive off).")
-@click.option("--draft-min", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Shortest draft of the adaptive policy.")
-@click.option("--p-min", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=None,
-              help="Stop a draft when its top probability falls below this (default: automatic).")
-@click.option("--fixed-k", is_flag=True, help="Always draft --draft-max tokens (adaptive off).")
-@click.option("--ctx", "n_ctx", type=click.IntRange(min=16), default=4096, show_default=True,
-              help="Context size in tokens (the whole conversation must fit).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads (default: physical cores).")
-@click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
-              help="Target layers on the GPU (-1 all; default all with a GPU build).")
-@click.option("--gpu-layers-draft", type=click.IntRange(min=-1), default=None,
-              help="Draft layers on the GPU (default: as --gpu-layers).")
-@click.option("--cache-type", type=click.Choice(sorted(CACHE_TYPES)), default="f16", show_default=True,
-              help="KV cache type.")
+@sampling_options(default_temp=0.8)
+@hardware_options()
 @click.option("--save-dir", type=click.Path(file_okay=False), default=None,
               help="Where the comparison screen saves its JSON and Markdown (default: here).")
 def chat(target, **opts) -> None:
@@ -125,12 +102,9 @@ def chat(target, **opts) -> None:
         pair = prepared_demo_pair() if choice.demo else (choice.target, choice.draft)
         if pair is not None:
             apply_tuned(opts, str(pair[0]), str(pair[1]))   # `localspec tune`'s settings; flags win
-    if opts["draft_min"] > opts["draft_max"]:
-        raise BadInput(f"--draft-min ({opts['draft_min']}) is larger than --draft-max ({opts['draft_max']})")
-    ctx = click.get_current_context(silent=True)
-    explicit_k = bool(ctx and ctx.get_parameter_source("draft_max") == click.core.ParameterSource.COMMANDLINE)
+    check_draft_lengths(opts)
     settings = ChatSettings(
-        drafter=drafter, adaptive=not (opts["fixed_k"] or explicit_k), draft_max=opts["draft_max"],
+        drafter=drafter, adaptive=not (opts["fixed_k"] or explicit("draft_max")), draft_max=opts["draft_max"],
         draft_min=opts["draft_min"], p_min=opts["p_min"], temperature=opts["temp"], top_k=opts["top_k"],
         top_p=opts["top_p"], min_p=opts["min_p"], seed=opts["seed"], draft_temperature=opts["draft_temp"],
         max_tokens=opts["max_tokens"])

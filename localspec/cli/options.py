@@ -49,24 +49,19 @@ def _opts(*decorators):
     return apply
 
 
-def generation_options(default_temp: float):
-    """The model, prompt, sampling, drafting and hardware options."""
+def drafter_options():
+    """How to draft: a draft model, prompt lookup, or not at all."""
     return _opts(
-        click.option("-m", "--model", "target", metavar="TARGET",
-                     help="Target model: a .gguf file, a local model name or a pulled catalog alias."),
-        click.option("-d", "--draft", metavar="DRAFT", help="Draft model (same forms) with the target's tokenizer."),
+        click.option("-d", "--draft", metavar="DRAFT",
+                     help="Draft model (a .gguf, local name or pulled alias) with the target's tokenizer."),
         click.option("--ngram", is_flag=True, help="Draft by prompt lookup (n-grams) instead of a model."),
         click.option("--no-draft", is_flag=True, help="Target alone, no speculation."),
-        click.option("--demo", is_flag=True,
-                     help="Use the built-in demo pair (SmolLM2-135M: F16 target, Q4_1 draft); offline."),
-        click.option("-p", "--prompt", metavar="TEXT", help="Prompt text ('-' reads standard input)."),
-        click.option("-f", "--file", "prompt_file", type=click.Path(dir_okay=False), metavar="FILE",
-                     help="Read the prompt from a file."),
-        click.option("--chat", is_flag=True, help="Wrap the prompt in the model's chat template."),
-        click.option("--system", metavar="TEXT", help="System message (with --chat)."),
-        click.option("-n", "--max-tokens", type=click.IntRange(min=1), default=256, show_default=True,
-                     help="Most tokens to generate."),
-        click.option("--stop", multiple=True, metavar="TEXT", help="Stop string (repeatable)."),
+    )
+
+
+def sampling_options(default_temp: float):
+    """Sampling (one set for both models) and drafting lengths."""
+    return _opts(
         click.option("--temp", type=click.FloatRange(min=0.0), default=default_temp, show_default=True,
                      help="Temperature; 0 is greedy."),
         click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True,
@@ -86,6 +81,12 @@ def generation_options(default_temp: float):
                      help="Stop drafting when the draft's top probability falls below this "
                           "(default: automatic, from measured acceptance and costs)."),
         click.option("--fixed-k", is_flag=True, help="Always draft --draft-max tokens (adaptive drafting off)."),
+    )
+
+
+def hardware_options():
+    """Context, threads, GPU layers, KV cache."""
+    return _opts(
         click.option("--ctx", "n_ctx", type=click.IntRange(min=16), default=4096, show_default=True,
                      help="Context size in tokens."),
         click.option("--threads", type=click.IntRange(min=1), default=None,
@@ -96,8 +97,43 @@ def generation_options(default_temp: float):
                      help="Draft layers on the GPU (default: as --gpu-layers)."),
         click.option("--cache-type", type=click.Choice(sorted(CACHE_TYPES)), default="f16",
                      show_default=True, help="KV cache type."),
+    )
+
+
+def generation_options(default_temp: float):
+    """The model, prompt, sampling, drafting and hardware options."""
+    return _opts(
+        click.option("-m", "--model", "target", metavar="TARGET",
+                     help="Target model: a .gguf file, a local model name or a pulled catalog alias."),
+        drafter_options(),
+        click.option("--demo", is_flag=True,
+                     help="Use the built-in demo pair (SmolLM2-135M: F16 target, Q4_1 draft); offline."),
+        click.option("-p", "--prompt", metavar="TEXT", help="Prompt text ('-' reads standard input)."),
+        click.option("-f", "--file", "prompt_file", type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Read the prompt from a file."),
+        click.option("--chat", is_flag=True, help="Wrap the prompt in the model's chat template."),
+        click.option("--system", metavar="TEXT", help="System message (with --chat)."),
+        click.option("-n", "--max-tokens", type=click.IntRange(min=1), default=256, show_default=True,
+                     help="Most tokens to generate."),
+        click.option("--stop", multiple=True, metavar="TEXT", help="Stop string (repeatable)."),
+        sampling_options(default_temp),
+        hardware_options(),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming."),
     )
+
+
+def chosen_drafter(opts: dict, draft_flag: str = "-d") -> str | None:
+    """"model", "ngram" or "none" from the drafter flags; None when none was given."""
+    chosen = [name for name, on in ((draft_flag, bool(opts.get("draft"))), ("--ngram", opts.get("ngram")),
+                                     ("--no-draft", opts.get("no_draft"))) if on]
+    if len(chosen) > 1:
+        raise BadInput(f"choose one of {draft_flag}, --ngram, --no-draft (got {' and '.join(chosen)})")
+    return {draft_flag: "model", "--ngram": "ngram", "--no-draft": "none"}[chosen[0]] if chosen else None
+
+
+def check_draft_lengths(opts: dict) -> None:
+    if opts["draft_min"] > opts["draft_max"]:
+        raise BadInput(f"--draft-min ({opts['draft_min']}) is larger than --draft-max ({opts['draft_max']})")
 
 
 def read_prompt(opts: dict) -> str:
@@ -131,20 +167,15 @@ def engine_config(opts: dict) -> EngineConfig:
             opts["draft"] = str(draft)
     if not opts.get("target"):
         raise BadInput("no target model: give -m TARGET.gguf (or --demo)")
-    chosen = [name for name, on in (("-d", bool(opts.get("draft"))), ("--ngram", opts.get("ngram")),
-                                     ("--no-draft", opts.get("no_draft"))) if on]
-    if len(chosen) > 1:
-        raise BadInput(f"choose one of -d, --ngram, --no-draft (got {' and '.join(chosen)})")
-    if not chosen:
+    drafter = chosen_drafter(opts)
+    if drafter is None:
         raise BadInput("no drafter: give a draft model with -d DRAFT, or --ngram, or --no-draft")
-    drafter = {"-d": "model", "--ngram": "ngram", "--no-draft": "none"}[chosen[0]]
     target = resolve_model(opts["target"], "target")
     draft = resolve_model(opts["draft"], "draft") if drafter == "model" else None
-    if opts["draft_min"] > opts["draft_max"]:
-        raise BadInput(f"--draft-min ({opts['draft_min']}) is larger than --draft-max ({opts['draft_max']})")
+    check_draft_lengths(opts)
     # An explicit --draft-max is the user's choice: draft that many tokens every step, like
     # --fixed-k (an explicit --p-min can still end a draft early).
-    explicit_k = _explicit("draft_max")
+    explicit_k = explicit("draft_max")
     if drafter == "model":
         apply_tuned(opts, target, draft)
     return EngineConfig(
@@ -159,14 +190,15 @@ def engine_config(opts: dict) -> EngineConfig:
 _TUNED_FLAGS = ("draft_max", "draft_min", "p_min", "fixed_k", "draft_temp")
 
 
-def _explicit(name: str) -> bool:
+def explicit(name: str) -> bool:
+    """Whether option ``name`` was given on the command line (not a default)."""
     ctx = click.get_current_context(silent=True)
     return bool(ctx and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE)
 
 
 def apply_tuned(opts: dict, target: str, draft: str) -> str | None:
     """Use `localspec tune`'s settings for this pair and backend unless a drafting flag was given."""
-    if any(_explicit(f) for f in _TUNED_FLAGS) or opts.get("tuned_applied") is not None:
+    if any(explicit(f) for f in _TUNED_FLAGS) or opts.get("tuned_applied") is not None:
         return None
     from .. import tuning
     from ..engine.backend import backend_name
