@@ -28,20 +28,25 @@ def shipped_draft() -> Path:
     return path
 
 
+def demo_target() -> Path:
+    """Where the demo's F16 target is (made from the shipped draft on first use)."""
+    return models_dir() / "demo" / "SmolLM2-135M-Instruct.F16.gguf"
+
+
 def prepared_demo_pair() -> tuple[Path, Path] | None:
     """(target, draft) of the demo pair when it is already prepared (nothing is made here)."""
     try:
         draft = shipped_draft()
     except LocalspecError:
         return None
-    target = models_dir() / "demo" / "SmolLM2-135M-Instruct.F16.gguf"
+    target = demo_target()
     return (target, draft) if target.is_file() else None
 
 
 def demo_pair(progress: Callable[[str], None] | None = None) -> tuple[Path, Path]:
     """(target, draft) paths of the demo pair, preparing the F16 target the first time."""
     draft = shipped_draft()
-    target = models_dir() / "demo" / "SmolLM2-135M-Instruct.F16.gguf"
+    target = demo_target()
     if not target.is_file():
         if progress:
             progress("preparing the demo pair: making an F16 SmolLM2-135M target (once, a few seconds)...")

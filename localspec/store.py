@@ -51,7 +51,12 @@ class PairEntry:
 
     @property
     def key(self) -> str:
-        return f"{self.target} + {self.draft}"
+        return pair_key(self.target, self.draft)
+
+
+def pair_key(target: str, draft: str) -> str:
+    """How a pair is named: ``target + draft``."""
+    return f"{target} + {draft}"
 
 
 class Store:

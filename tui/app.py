@@ -68,7 +68,6 @@ class LocalspecApp(App):
         self._gc_thresholds = gc.get_threshold()     # put back when the app ends
         self.jobs: set[Job] = set()
         self._reload_pending = False
-        self._last_system: SystemStats | None = None
         self.errors: list[str] = []        # every error shown, for tests and post-mortems
         self.status_log: list[str] = []    # every status line shown
 
@@ -226,5 +225,4 @@ class LocalspecApp(App):
 
     # -- system gauges ----------------------------------------------------------------
     def system_stats(self) -> SystemStats:
-        self._last_system = self.monitor.sample()
-        return self._last_system
+        return self.monitor.sample()

@@ -91,7 +91,6 @@ class Accumulator:
         self._history_at: float | None = None
         self._t0 = clock()
         self._t_gen: float | None = None
-        self.dirty = True
         self.done: Done | None = None
         self.s = dict(phase="prompt", drafter=drafter, tokens=0, steps=0, drafting_steps=0, drafted=0,
                       accepted=0, k=0, draft_seconds=0.0, verify_seconds=0.0, drafting=drafter != "none",
@@ -136,11 +135,9 @@ class Accumulator:
             summary = ev.summary
             if summary.policy and not s["policy_reason"] and not s["drafting"]:
                 s["policy_reason"] = summary.policy
-        self.dirty = True
 
     def fail(self) -> None:
         self.s["phase"] = "failed"
-        self.dirty = True
 
     def _add(self, text: str, origin: str) -> None:
         if self._segments and self._segments[-1][1] == origin:
@@ -172,5 +169,4 @@ class Accumulator:
             if self._history_at is None or now - self._history_at >= HISTORY_EVERY * 0.9:
                 self._history.append(rate)
                 self._history_at = now
-        self.dirty = False
         return LiveStats(elapsed=elapsed, rate=rate, history=tuple(self._history), **s)

@@ -210,9 +210,16 @@ class ChatSession:
     def new_chat(self) -> None:
         self.messages.clear()
 
-    def _chat(self) -> list[dict]:
+    def _chat(self, messages: list[dict] | None = None) -> list[dict]:
         head = [{"role": "system", "content": self.system}] if self.system else []
-        return head + self.messages
+        return head + (self.messages if messages is None else messages)
+
+    def prompt_tokens(self, text: str) -> list[int]:
+        """The tokens of a one-message chat (the system prompt and ``text``), outside the
+        conversation: what the comparison screen runs."""
+        if self.engine is None:
+            raise BadInput("no model is loaded yet")
+        return self.engine.chat_prompt(self._chat([{"role": "user", "content": text}]))
 
     def begin_turn(self, text: str) -> list[int]:
         """Add the user's message and return the prompt tokens (the whole conversation)."""

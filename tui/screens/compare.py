@@ -94,10 +94,8 @@ class CompareScreen(Screen):
             return
         greedy = self.query_one("#compare-greedy", Checkbox).value
         run_settings = settings.with_(max_tokens=n, **({"temperature": 0.0} if greedy else {}))
-        engine = app.session.engine
         try:
-            messages = ([{"role": "system", "content": app.session.system}] if app.session.system else [])
-            tokens = engine.chat_prompt(messages + [{"role": "user", "content": prompt}])
+            tokens = app.session.prompt_tokens(prompt)
         except LocalspecError as exc:
             self.notify(str(exc), title="cannot compare", severity="error")
             return

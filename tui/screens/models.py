@@ -39,13 +39,12 @@ class PairRow:
 
 def _demo_row() -> PairRow | None:
     try:
-        from ...demo import shipped_draft
-        from ...paths import models_dir
+        from ...demo import demo_target, shipped_draft
 
         draft = shipped_draft()
     except LocalspecError:
         return None
-    target = models_dir() / "demo" / "SmolLM2-135M-Instruct.F16.gguf"
+    target = demo_target()
     return PairRow(DEMO_KEY, "demo: SmolLM2-135M F16", "SmolLM2-135M Q4_1", str(target), str(draft),
                    "compatible (same model)", demo=True)
 
@@ -270,8 +269,9 @@ class ModelsScreen(Screen):
         text = f"ready: {msg.target}" + (f" + {msg.draft}" if msg.draft else "")
         self.query_one(PullPanel).set_status(text + " · select the pair and press Chat with pair")
         self.notify(text, title="pull finished")
-        key = f"{msg.target} + {msg.draft}" if msg.draft else None
-        self.refresh_tables(select=key)
+        from ...store import pair_key
+
+        self.refresh_tables(select=pair_key(msg.target, msg.draft) if msg.draft else None)
 
     def on_pull_failed(self, msg: PullFailed) -> None:
         self._pull_ended()

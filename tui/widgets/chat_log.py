@@ -184,13 +184,19 @@ class OriginLegend(Widget):
         return t
 
 
+def follow(scroll: Widget) -> None:
+    """Keep the end of ``scroll`` in view after the next refresh, unless the user scrolled up
+    to read (more than three lines from the end)."""
+    if scroll.max_scroll_y - scroll.scroll_y <= 3:
+        scroll.call_after_refresh(scroll.scroll_end, animate=False)
+
+
 class ChatLog(VerticalScroll):
     """Turns of the conversation, anchored to the bottom while answers stream."""
 
     def follow(self) -> None:
         """Keep the newest text in view unless the user scrolled up to read."""
-        if self.max_scroll_y - self.scroll_y <= 3:
-            self.call_after_refresh(self.scroll_end, animate=False)
+        follow(self)
 
     def add_turn(self, text: str, colour: bool) -> MessageView:
         """The user's message and an empty answer that streams in (mounted together: one

@@ -7,7 +7,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Digits, Static
 
 from ..live import LiveStats, Segment
-from .chat_log import MessageView
+from .chat_log import MessageView, follow
 
 _STATE = {"waiting": "waiting", "prompt": "reading the prompt", "generating": "generating",
           "finished": "done", "stopped": "stopped", "failed": "failed", "idle": "waiting"}
@@ -40,9 +40,8 @@ class StreamPane(Vertical):
         grew = self.view.append(segments)
         if last:
             self.view.streaming = False
-        scroll = self.query_one(".pane-scroll", VerticalScroll)
-        if (grew or last) and scroll.max_scroll_y - scroll.scroll_y <= 3:
-            scroll.call_after_refresh(scroll.scroll_end, animate=False)
+        if grew or last:
+            follow(self.query_one(".pane-scroll", VerticalScroll))
 
     def show(self, stats: LiveStats, state: str | None = None) -> None:
         self.stats = stats
