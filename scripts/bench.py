@@ -24,10 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from localspec.engine import Done, DraftSettings, Engine, EngineConfig, SamplingConfig  # noqa: E402
+from localspec.chat.template import render_chat  # noqa: E402
+from localspec.engine import Done, DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
 from localspec.engine.backend import backend_name, default_threads, extra_buffers_default  # noqa: E402
-from localspec.engine.chat import render_chat  # noqa: E402
-from localspec.engine.policy import FixedPolicy  # noqa: E402
 
 PROMPTS = {
     "code": "Write a Python function that checks whether a string is a palindrome, with a docstring.",
@@ -43,11 +42,18 @@ PROMPTS = {
 GREEDY = SamplingConfig(temperature=0.0)
 
 
-def run_localspec(engine: Engine, tokens, n, policy):
+TARGET_ONLY = RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY)
+ADAPTIVE = RunSpec(sampling=GREEDY)
+
+
+def fixed(k: int) -> RunSpec:
+    return ADAPTIVE.with_(adaptive=False, draft_max=k)
+
+
+def run_localspec(engine: Engine, tokens, n, spec: RunSpec):
     engine.reset()
     done = None
-    for ev in engine.generate(tokens, sampling=GREEDY, max_tokens=n, policy=policy,
-                              speculative=policy is not None):
+    for ev in engine.run(tokens, spec.with_(max_tokens=n)):
         if isinstance(ev, Done):
             done = ev
     s = done.summary
@@ -125,15 +131,14 @@ def main(argv=None) -> int:
         ks.append(args.k)
 
     if args.demo:
-        from localspec.demo import demo_pair
+        from localspec.models.demo import demo_pair
 
         t, d = demo_pair(progress=lambda m: print(m, file=sys.stderr))
         args.target, args.draft = str(t), str(d)
     if not (args.target and args.draft):
         ap.error("give --target and --draft, or --demo")
 
-    cfg = EngineConfig(target=args.target, draft=args.draft, n_ctx=args.ctx, threads=args.threads,
-                       drafting=DraftSettings())
+    cfg = EngineConfig(target=args.target, draft=args.draft, n_ctx=args.ctx, threads=args.threads)
     engine = Engine(cfg)
     results = []
     t_start = time.time()
@@ -141,14 +146,14 @@ def main(argv=None) -> int:
         messages = [{"role": "user", "content": PROMPTS[name]}]
         tokens = engine.chat_prompt(messages)
         prompt_text = render_chat(engine.target_model.chat_template(), messages)
-        run_localspec(engine, tokens, 16, None)  # warm-up, excluded
+        run_localspec(engine, tokens, 16, TARGET_ONLY)  # warm-up, excluded
         rows: dict[str, list] = {"target_only": [], "adaptive": [], "reference": []}
         rows |= {f"fixed_k{k}": [] for k in ks}
         for _ in range(args.runs):
-            rows["target_only"].append(run_localspec(engine, tokens, args.n, None))
+            rows["target_only"].append(run_localspec(engine, tokens, args.n, TARGET_ONLY))
             for k in ks:
-                rows[f"fixed_k{k}"].append(run_localspec(engine, tokens, args.n, FixedPolicy(k, 0.0)))
-            rows["adaptive"].append(run_localspec(engine, tokens, args.n, engine.new_policy()))
+                rows[f"fixed_k{k}"].append(run_localspec(engine, tokens, args.n, fixed(k)))
+            rows["adaptive"].append(run_localspec(engine, tokens, args.n, ADAPTIVE))
             if args.reference:
                 rows["reference"].append(run_reference(args.reference, args.target, args.draft, prompt_text,
                                                        args.n, args.k, args.threads, args.ctx))

@@ -26,15 +26,17 @@ sys.path.insert(0, str(ROOT / "tests"))
 from tiny_gguf import TinySpec  # noqa: E402
 from tiny_recurrent import RecurrentZoo, hybrid_spec, mamba_spec  # noqa: E402
 
-from localspec.engine import Done, DraftSettings, Engine, EngineConfig, SamplingConfig  # noqa: E402
-from localspec.engine.policy import FixedPolicy  # noqa: E402
+from localspec.engine import Done, DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
+
+# Greedy, fixed K=4 (what the figures in docs/ were measured with).
+SPEC = RunSpec(adaptive=False, draft_max=4, sampling=SamplingConfig(temperature=0.0))
 
 
 def run(engine, tokens, n, speculative):
     engine.reset()
     done = None
-    for ev in engine.generate(tokens, sampling=SamplingConfig(), max_tokens=n, speculative=speculative,
-                              policy=FixedPolicy(4) if speculative else None):
+    spec = SPEC.with_(max_tokens=n, drafter=DrafterKind.MODEL if speculative else DrafterKind.NONE)
+    for ev in engine.run(tokens, spec):
         if isinstance(ev, Done):
             done = ev
     return done
@@ -51,7 +53,8 @@ def main(argv=None) -> int:
     for width in (64, 512):
         ff = width * 2
         big = dict(n_embd=width)
-        llama = lambda **kw: TinySpec(n_embd=width, n_ff=ff, n_head=8 if width > 64 else 4, **kw)  # noqa: E731
+        def llama(width=width, ff=ff, **kw):
+            return TinySpec(n_embd=width, n_ff=ff, n_head=8 if width > 64 else 4, **kw)
         m = {
             "mamba": z.get(mamba_spec(**big), f"mamba-{width}.gguf"),
             "mamba-d": z.get(mamba_spec(noise=0.1, **big), f"mamba-d-{width}.gguf"),
@@ -69,7 +72,7 @@ def main(argv=None) -> int:
                  ("lfm2-agree", "llama-agree", None), ("llama-agree", "lfm2-agree", None)]
         for target, draft, depth in pairs:
             cfg = EngineConfig(target=str(m[target]), draft=str(m[draft]), n_ctx=1024,
-                               drafting=DraftSettings(draft_max=4, fixed_k=True), rollback_depth=depth)
+                               rollback_depth=5 if depth is None else depth)
             with Engine(cfg) as e:
                 toks = e.tokenize("Once upon a time there was a little robot")
                 run(e, toks, 16, True)  # warm-up
@@ -104,7 +107,8 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"| {r['width']} | {r['target']} | {r['draft']} | {r['target_memory']}/{r['draft_memory']} | "
               f"{r['target_only_tok_s']:.0f} | {r['speculative_tok_s']:.0f} | {r['acceptance']:.0%} | "
-              f"{r['checkpoint_share']:.1%} | {r['checkpoint_kb']:.1f} KB | {r['rollbacks']} | {r['redecoded_tokens']} |")
+              f"{r['checkpoint_share']:.1%} | {r['checkpoint_kb']:.1f} KB | {r['rollbacks']} | "
+              f"{r['redecoded_tokens']} |")
     return 0
 
 

@@ -45,12 +45,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from localspec.tui.app import LocalspecApp
-from localspec.tui.chat_settings import ChatSettings
-from localspec.tui.session import ChatSession, ModelChoice
-
-from localspec.engine import Done, Engine, EngineConfig
+from localspec.chat.session import ChatSession, ModelChoice
+from localspec.chat.settings import CHAT_DEFAULTS
+from localspec.engine import Done, Engine, EngineConfig, RunSpec
 from localspec.engine.backend import backend_name, default_threads
+from localspec.tui.app import LocalspecApp
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
@@ -77,7 +76,7 @@ def _thread_cpu(native_id: int) -> float:
         return float("nan")
 
 
-def headless(engine: Engine, tokens: list[int], settings: ChatSettings) -> dict:
+def headless(engine: Engine, tokens: list[int], settings: RunSpec) -> dict:
     """One generation in a fresh thread, exactly as the app runs each one (with llama.cpp's
     OpenMP build, decoding from a thread other than the one that decoded first can run at
     half speed on a small machine, so neither side may decode on the main thread)."""
@@ -88,13 +87,12 @@ def headless(engine: Engine, tokens: list[int], settings: ChatSettings) -> dict:
     return out
 
 
-def _headless(engine: Engine, tokens: list[int], settings: ChatSettings) -> dict:
+def _headless(engine: Engine, tokens: list[int], settings: RunSpec) -> dict:
     engine.reset()
     t0 = time.perf_counter()
     done = None
     text = []
-    for ev in engine.generate(tokens, sampling=settings.sampling(), max_tokens=settings.max_tokens,
-                              policy=settings.policy(), speculative=settings.drafter != "none"):
+    for ev in engine.run(tokens, settings):
         if isinstance(ev, Done):
             done = ev
         elif hasattr(ev, "text"):
@@ -105,7 +103,7 @@ def _headless(engine: Engine, tokens: list[int], settings: ChatSettings) -> dict
             "acceptance_rate": s.acceptance_rate, "token_ids": list(done.token_ids)}
 
 
-async def in_app(engine: Engine, choice: ModelChoice, prompt: str, settings: ChatSettings, size) -> dict:
+async def in_app(engine: Engine, choice: ModelChoice, prompt: str, settings: RunSpec, size) -> dict:
     shared = Shared(engine)
     session = ChatSession(choice, settings, engine_factory=lambda config: shared)
     app = LocalspecApp(session)
@@ -143,7 +141,7 @@ async def in_app(engine: Engine, choice: ModelChoice, prompt: str, settings: Cha
     return out
 
 
-async def paired(engine: Engine, tokens: list[int], choice: ModelChoice, settings: ChatSettings, args,
+async def paired(engine: Engine, tokens: list[int], choice: ModelChoice, settings: RunSpec, args,
                  size) -> list[dict]:
     """``--same-process``: one app, one loaded engine; headless and app generations alternate,
     seconds apart, so each pair sees the machine at the same speed. While the headless run
@@ -163,7 +161,7 @@ async def paired(engine: Engine, tokens: list[int], choice: ModelChoice, setting
             for kind in (("headless", "app") if i % 2 == 0 else ("app", "headless")):
                 if kind == "headless":
                     out: dict = {}
-                    worker = threading.Thread(target=lambda: out.update(_headless(engine, tokens, settings)))
+                    worker = threading.Thread(target=lambda out=out: out.update(_headless(engine, tokens, settings)))
                     worker.start()
                     worker.join()      # the app's loop is blocked meanwhile: it costs nothing
                 else:
@@ -191,8 +189,7 @@ def one_run(kind: str, target: str, draft: str, args) -> dict:
     """A single measured run in this process (the ``--child`` mode)."""
     settings = _settings(args)
     choice = ModelChoice(target=target, draft=draft, threads=args.threads, n_ctx=2048)
-    engine = Engine(EngineConfig(target=target, draft=draft, n_ctx=2048, threads=args.threads,
-                                 drafting=settings.drafting()))
+    engine = Engine(EngineConfig(target=target, draft=draft, n_ctx=2048, threads=args.threads))
     tokens = engine.chat_prompt([{"role": "user", "content": args.prompt}])
     headless(engine, tokens, settings)           # warm-up, the same for both kinds
     if kind == "paired":
@@ -258,8 +255,8 @@ def terminal_run(kind: str, target: str, draft: str, args) -> dict:
         tmux("kill-server")
 
 
-def _settings(args) -> ChatSettings:
-    return ChatSettings(drafter="model", adaptive=args.adaptive, draft_max=args.draft_max, draft_min=1,
+def _settings(args) -> RunSpec:
+    return CHAT_DEFAULTS.with_(drafter="model", adaptive=args.adaptive, draft_max=args.draft_max, draft_min=1,
                         temperature=0.0, max_tokens=args.max_tokens)
 
 
@@ -284,7 +281,7 @@ def main() -> None:
     args = ap.parse_args()
 
     if args.demo:
-        from localspec.demo import demo_pair
+        from localspec.models.demo import demo_pair
 
         target, draft = (str(p) for p in demo_pair(progress=lambda m: print(m, file=sys.stderr)))
     elif args.target and args.draft:

@@ -27,23 +27,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_tui import PROMPT, Shared, emit
 
+from localspec.chat.session import ChatSession, ModelChoice
+from localspec.chat.settings import CHAT_DEFAULTS
+from localspec.engine import Engine, EngineConfig, RunSpec
+from localspec.models.demo import demo_pair
 from localspec.tui.app import LocalspecApp
-from localspec.tui.chat_settings import ChatSettings
 from localspec.tui.screens.chat import ChatScreen
-from localspec.tui.session import ChatSession, ModelChoice
 
-from localspec.demo import demo_pair
-from localspec.engine import Engine, EngineConfig
 
-def record(engine: Engine, settings: ChatSettings, prompt: str) -> list[tuple[float, object]]:
+def record(engine: Engine, settings: RunSpec, prompt: str) -> list[tuple[float, object]]:
     """The events of one generation and when each came (seconds from the start)."""
     tokens = engine.chat_prompt([{"role": "user", "content": prompt}])
     events: list[tuple[float, object]] = []
 
     def run() -> None:
         t0 = time.perf_counter()
-        for ev in engine.generate(tokens, sampling=settings.sampling(), max_tokens=settings.max_tokens,
-                                  policy=settings.policy()):
+        for ev in engine.run(tokens, settings):
             events.append((time.perf_counter() - t0, ev))
 
     worker = threading.Thread(target=run)   # as the app does: never decode on the main thread
@@ -53,13 +52,13 @@ def record(engine: Engine, settings: ChatSettings, prompt: str) -> list[tuple[fl
 
 
 class Replay(Shared):
-    """The loaded engine, whose generate() replays the recording at its pace."""
+    """The loaded engine, whose run() replays the recording at its pace."""
 
     def __init__(self, engine: Engine, events):
         super().__init__(engine)
         self._events = events
 
-    def generate(self, tokens, **kwargs):
+    def run(self, tokens, spec, cancel=None):
         t0 = time.perf_counter()
         for t, ev in self._events:
             wait = t0 + t - time.perf_counter()
@@ -89,7 +88,7 @@ class Marks:
         ChatScreen.on_generation_finished = on_finished
 
 
-async def turns(engine: Engine, events, choice: ModelChoice, settings: ChatSettings, n: int, size, prompt: str):
+async def turns(engine: Engine, events, choice: ModelChoice, settings: RunSpec, n: int, size, prompt: str):
     marks = Marks()
     app = LocalspecApp(ChatSession(choice, settings, engine_factory=lambda config: Replay(engine, events)))
     out = []
@@ -127,10 +126,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     target, draft = (str(p) for p in demo_pair(progress=lambda m: print(m, file=sys.stderr)))
-    settings = ChatSettings(drafter="model", adaptive=False, draft_max=4, draft_min=1, temperature=0.0,
+    settings = CHAT_DEFAULTS.with_(drafter="model", adaptive=False, draft_max=4, draft_min=1, temperature=0.0,
                             max_tokens=args.max_tokens)
     choice = ModelChoice(target=target, draft=draft, n_ctx=2048)
-    engine = Engine(EngineConfig(target=target, draft=draft, n_ctx=2048, drafting=settings.drafting()))
+    engine = Engine(EngineConfig(target=target, draft=draft, n_ctx=2048))
     events = record(engine, settings, args.prompt)
     size = tuple(int(x) for x in args.size.lower().split("x"))
     runs = asyncio.run(turns(engine, events, choice, settings, args.turns, size, args.prompt))

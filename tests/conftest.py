@@ -7,6 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from tiny_gguf import TinySpec, TinyZoo  # noqa: E402
 
-from localspec.engine import Done, DraftSettings, Engine, EngineConfig  # noqa: E402
+from localspec.engine import Done, DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -102,20 +103,64 @@ def smollm2_f16(smollm2_q4_1, tmp_path_factory) -> Path:
 
 def make_engine(target, draft=None, *, drafter="model", n_ctx=512, fixed_k=True, draft_max=4,
                 draft_min=1, p_min=0.0, can_pause=True) -> Engine:
-    return Engine(EngineConfig(
-        target=str(target), draft=str(draft) if draft else None, drafter=drafter, n_ctx=n_ctx,
-        drafting=DraftSettings(draft_max=draft_max, draft_min=draft_min, p_min=p_min,
-                               fixed_k=fixed_k, can_pause=can_pause)))
+    """An Engine and, as ``engine.test_spec``, the RunSpec the tests run it with by default."""
+    kind = DrafterKind(drafter)
+    engine = Engine(EngineConfig(
+        target=str(target), draft=str(draft) if draft and kind is DrafterKind.MODEL else None, n_ctx=n_ctx,
+        rollback_depth=draft_max + 1 if kind is not DrafterKind.NONE else 0))
+    engine.test_spec = RunSpec(drafter=kind, adaptive=not fixed_k, draft_max=draft_max, draft_min=draft_min,
+                               p_min=p_min or None, can_pause=can_pause)
+    return engine
 
 
-def run_to_done(engine: Engine, tokens, **kw) -> tuple[Done, list]:
-    events = list(engine.generate(tokens, **kw))
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+def run_spec(engine: Engine, *, sampling: SamplingConfig | None = None, max_tokens: int = 256, stop=(),
+             speculative: bool = True, drafter: str | None = None, **changes) -> RunSpec:
+    """``engine.test_spec`` with this run's sampling (greedy by default), length and drafter."""
+    spec = getattr(engine, "test_spec", RunSpec())
+    kind = DrafterKind.NONE if not speculative else DrafterKind(drafter) if drafter else spec.drafter
+    return spec.with_(sampling=sampling or GREEDY, max_tokens=max_tokens, stop=tuple(stop), drafter=kind, **changes)
+
+
+def run_to_done(engine: Engine, tokens, *, cancel=None, **kw) -> tuple[Done, list]:
+    events = list(engine.run(tokens, run_spec(engine, **kw), cancel))
     done = events[-1]
     assert isinstance(done, Done)
     return done, events
 
 
-def run_cli(*args: str, input: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+@dataclass
+class CliResult:
+    """What a ``localspec`` command did: the shape of subprocess.CompletedProcess."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, input: str | None = None, env: dict | None = None) -> CliResult:
+    """Run ``localspec ARGS`` in this process (click's test runner swaps the streams), through
+    the real entry point and its error handling. Most commands need no process of their own;
+    tests of exit codes of the installed entry point, signals and terminals use
+    :func:`run_cli_process`."""
+    from click.testing import CliRunner
+
+    from localspec.cli import main
+
+    with CliRunner().isolation(input=input, env=env) as (out, err, _):
+        try:
+            main(list(args))
+            rc = 0
+        except SystemExit as exc:
+            rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        stdout, stderr = out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace")
+    return CliResult([sys.executable, "-m", "localspec", *args], rc, stdout, stderr)
+
+
+def run_cli_process(*args: str, input: str | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run the real ``localspec`` entry point in a subprocess."""
     return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True,
                           input=input, timeout=timeout)

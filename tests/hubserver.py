@@ -152,7 +152,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, hub: "FakeHub", role: str):
+    def __init__(self, hub: FakeHub, role: str):
         self.hub = hub
         self.role = role
         self._conns: set[socket.socket] = set()
@@ -288,7 +288,7 @@ class FakeHub:
         self._stopped = False
 
     # -- lifecycle -----------------------------------------------------------------------------
-    def start(self) -> "FakeHub":
+    def start(self) -> FakeHub:
         if self._hub is not None:
             return self
         self._hub = _Server(self, "hub")
@@ -314,7 +314,7 @@ class FakeHub:
             t.join(timeout=5)
         self._threads.clear()
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -880,7 +880,7 @@ class ClientEnv:
     sleeps: list[float]  # sleeps the client's retry loops asked for (skipped when no_sleep)
 
 
-def configure_client(monkeypatch, hub: "FakeHub | str", tmp_path: str | os.PathLike, *, token: str | None = None,
+def configure_client(monkeypatch, hub: FakeHub | str, tmp_path: str | os.PathLike, *, token: str | None = None,
                      offline: bool = False, no_sleep: bool = True, chunk_size: int | None = None) -> ClientEnv:
     """Point the real huggingface_hub client (2.4.0) at ``hub`` for one test, via ``monkeypatch``.
 
@@ -908,10 +908,11 @@ def configure_client(monkeypatch, hub: "FakeHub | str", tmp_path: str | os.PathL
     chunk are lost by the client, so resuming with a ``Range`` only shows up on small test files with a
     small chunk size. Also closes the client's shared HTTP session so no connection is reused across tests.
     """
+    import importlib
+
     import huggingface_hub
     from huggingface_hub import constants, file_download, hf_api
     from huggingface_hub.utils import _http
-    import importlib
 
     hf_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")
 

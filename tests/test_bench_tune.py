@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import run_cli
 
 
@@ -116,10 +115,10 @@ def test_interrupted_sweep_keeps_finished_cells(tiny_target, tiny_draft, tmp_pat
 
 
 @pytest.mark.parametrize("args,match", [
-    (["--draft-max", "0,2"], "--draft-max: 0 must be >= 1"),
+    (["--draft-max", "0,2"], "--draft-max must be at least 1 (got 0)"),
     (["--draft-max", "two"], "--draft-max"),
-    (["--draft-temp", "-1"], "--draft-temp: -1 must be >= 0"),
-    (["--p-min", "1.5"], "--p-min: 1.5 must be in [0, 1)"),
+    (["--draft-temp", "-1"], "--draft-temp must be >= 0 (got -1.0)"),
+    (["--p-min", "1.5"], "--p-min must be in [0, 1) (got 1.5)"),
     (["--policy", "greedy"], "--policy"),
     (["--drafter", "magic"], "--drafter"),
     (["--runs", "0"], "--runs"),

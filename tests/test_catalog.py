@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from localspec.catalog import catalog_path, load_catalog, match_quant_files, size_in_billions
 from localspec.errors import BadInput
+from localspec.models.catalog import catalog_path, load_catalog, match_quant_files, size_in_billions
 
 ROOT = Path(__file__).parent.parent
 

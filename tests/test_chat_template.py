@@ -2,7 +2,7 @@
 
 import pytest
 
-from localspec.engine.chat import CHATML, render_chat
+from localspec.chat.template import CHATML, render_chat
 from localspec.errors import LocalspecError
 
 MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]

@@ -3,12 +3,11 @@
 import json
 
 import pytest
-
 from conftest import make_engine, run_cli
 from tiny_gguf import TinySpec
 
-from localspec.compat import check_files
 from localspec.errors import IncompatiblePair
+from localspec.models.compat import check_files
 
 
 def _rule(report, name):

@@ -6,12 +6,10 @@ import threading
 
 import llama_cpp.llama_cpp as ll
 import pytest
-
-from conftest import make_engine, run_to_done
+from conftest import make_engine, run_spec, run_to_done
 from tiny_gguf import TinySpec
 
 from localspec.engine import Origin, SamplingConfig, Step, StopReason, Token
-from localspec.engine.policy import FixedPolicy
 
 GREEDY = SamplingConfig(temperature=0.0)
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was", "x"]
@@ -168,7 +166,7 @@ def test_prompt_longer_than_context(tiny_target):
         toks = e.tokenize("the quick brown fox " * 100)
         assert len(toks) > e.target_ctx.n_ctx
         with pytest.raises(ContextOverflow, match=f"context holds {e.target_ctx.n_ctx}"):
-            list(e.generate(toks, sampling=GREEDY))
+            list(e.run(toks, run_spec(e)))
 
 
 def test_stop_string(tiny_target, tiny_draft):
@@ -190,7 +188,7 @@ def test_cancel_from_another_thread_within_one_step(tiny_target, tiny_draft):
         toks = e.tokenize(PROMPTS[0])
         steps_after_cancel = 0
         done = None
-        for ev in e.generate(toks, sampling=GREEDY, max_tokens=400, cancel=cancel):
+        for ev in e.run(toks, run_spec(e, max_tokens=400), cancel):
             if isinstance(ev, Step):
                 if cancel.is_set():
                     steps_after_cancel += 1
@@ -222,7 +220,7 @@ def test_chat_turns_reuse_the_cache(tiny_target, tiny_draft):
 def test_target_only_path_is_the_same_loop(tiny_target, tiny_draft):
     with make_engine(tiny_target, tiny_draft, draft_max=4) as e:
         done, events = run_to_done(e, e.tokenize(PROMPTS[0]), sampling=GREEDY, max_tokens=10,
-                                   policy=FixedPolicy(0))
+                                   speculative=False)
     assert done.summary.drafted == 0
     assert done.summary.steps == 10
     assert all(ev.origin == Origin.TARGET for ev in events if isinstance(ev, Token))

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from localspec.errors import GGUFError
-from localspec.gguf_meta import read_metadata
+from localspec.models.gguf_meta import read_metadata
 
 
 def test_reads_generated_model(tiny_target):

@@ -13,10 +13,9 @@ import threading
 from pathlib import Path
 
 import httpx2
+import huggingface_hub
 import pytest
 from hubserver import FakeHub, configure_client, free_port, set_offline
-
-import huggingface_hub
 from huggingface_hub import (
     HfApi,
     get_hf_file_metadata,
@@ -353,7 +352,8 @@ def test_not_found_errors(hub, client):
         hf_hub_download(REPO, "Q8_0/missing.gguf")
     assert isinstance(exc.value, EntryNotFoundError) and exc.value.response.status_code == 404
     # the 404's X-Repo-Commit lets the client cache the absence of the file
-    no_exist = client.cache_dir / "models--acme--Tiny-GGUF" / ".no_exist" / hub.commit_sha(REPO) / "Q8_0" / "missing.gguf"
+    no_exist = (client.cache_dir / "models--acme--Tiny-GGUF" / ".no_exist" / hub.commit_sha(REPO) / "Q8_0"
+                / "missing.gguf")
     assert no_exist.exists()
     with pytest.raises(RevisionNotFoundError):
         hf_hub_download(REPO, SHARD1, revision="v9")

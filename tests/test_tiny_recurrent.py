@@ -11,12 +11,11 @@ import ctypes
 import llama_cpp.llama_cpp as ll
 import numpy as np
 import pytest
-
 from tiny_gguf import TinySpec
-from tiny_recurrent import (ARCHS, RecurrentSpec, RecurrentZoo, bigram_sigma)
+from tiny_recurrent import ARCHS, RecurrentSpec, RecurrentZoo, bigram_sigma
 
-from localspec.compat import check_files
 from localspec.engine.backend import Context, Model, init_backend
+from localspec.models.compat import check_files
 
 PART = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 PROMPT = "The quick brown fox jumps over"

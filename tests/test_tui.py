@@ -9,16 +9,6 @@ import threading
 import time
 
 import pytest
-from localspec.tui.app import GC_THRESHOLDS
-from localspec.tui.screens.chat import ChatScreen
-from localspec.tui.screens.compare import CompareScreen
-from localspec.tui.screens.dialogs import ErrorDialog
-from localspec.tui.screens.models import ModelsScreen
-from localspec.tui.screens.settings import SettingsScreen
-from localspec.tui.system_stats import StaticMonitor
-from localspec.tui.widgets.chat_log import ChatLog, MessageView, OriginLegend
-from localspec.tui.widgets.gauge_column import GaugeColumn
-from localspec.tui.widgets.pull_panel import PullPanel
 from test_tui_support import (
     SIZE,
     SYSTEM,
@@ -34,8 +24,17 @@ from test_tui_support import (
 from textual.widgets import DataTable, Digits, Input, Select
 from tiny_gguf import TinySpec
 
+from localspec.chat.system_stats import StaticMonitor
 from localspec.engine.events import StopReason
-
+from localspec.tui.app import GC_THRESHOLDS
+from localspec.tui.screens.chat import ChatScreen
+from localspec.tui.screens.compare import CompareScreen
+from localspec.tui.screens.dialogs import ErrorDialog
+from localspec.tui.screens.models import ModelsScreen
+from localspec.tui.screens.settings import SettingsScreen
+from localspec.tui.widgets.chat_log import ChatLog, MessageView, OriginLegend
+from localspec.tui.widgets.gauge_column import GaugeColumn
+from localspec.tui.widgets.pull_panel import PullPanel
 
 # -- chatting -----------------------------------------------------------------------------
 
@@ -222,8 +221,9 @@ async def test_change_a_setting_and_see_it_applied(tiny_target, tiny_draft):
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen), 5, "the form to close")
         s = app.session.settings
-        assert (s.max_tokens, s.temperature, s.seed, s.draft_min, s.top_p, s.drafter) == (7, 0.7, 42, 2, 0.9, "ngram")
-        # A new drafter reloads the engine; the panel and the next answer show it.
+        assert (s.max_tokens, s.sampling.temperature, s.sampling.seed, s.draft_min, s.sampling.top_p,
+                s.drafter) == (7, 0.7, 42, 2, 0.9, "ngram")
+        # A new drafter runs on the loaded engine; the panel and the next answer show it.
         await wait_ready(pilot)
         screen = chat(app)
         panel = screen.query_one(GaugeColumn).models
@@ -347,7 +347,7 @@ D_REPO, D_FILE = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instr
 def hub(zoo, tiny_target, tiny_draft, monkeypatch, tmp_path):
     from hubserver import FakeHub, configure_client
 
-    from localspec import hub as lhub
+    from localspec.models import hub as lhub
 
     big = zoo.get(TinySpec(n_embd=256, n_ff=512, n_layer=4), "hub-big.gguf")
     with FakeHub() as h:
@@ -361,12 +361,12 @@ def hub(zoo, tiny_target, tiny_draft, monkeypatch, tmp_path):
 
 @run_async
 async def test_pull_a_pair_with_progress_then_chat_with_it(hub):
+    from localspec.chat.session import ChatSession, ModelChoice
+    from localspec.chat.settings import CHAT_DEFAULTS
     from localspec.tui.app import LocalspecApp
-    from localspec.tui.chat_settings import ChatSettings
-    from localspec.tui.session import ChatSession, ModelChoice
 
     hub.throttle(T_REPO, T_FILE, chunk=256 * 1024, delay=0.03)
-    session = ChatSession(ModelChoice(threads=1), ChatSettings(temperature=0.0, max_tokens=8))
+    session = ChatSession(ModelChoice(threads=1), CHAT_DEFAULTS.with_(temperature=0.0, max_tokens=8))
     app = LocalspecApp(session, monitor=StaticMonitor(SYSTEM), load_on_start=False)
     seen: list[dict[str, float]] = []
     async with app.run_test(size=SIZE) as pilot:
@@ -415,12 +415,12 @@ async def test_pull_a_pair_with_progress_then_chat_with_it(hub):
 
 @run_async
 async def test_pull_can_be_cancelled_and_errors_are_dialogs(hub):
+    from localspec.chat.session import ChatSession, ModelChoice
+    from localspec.chat.settings import CHAT_DEFAULTS
     from localspec.tui.app import LocalspecApp
-    from localspec.tui.chat_settings import ChatSettings
-    from localspec.tui.session import ChatSession, ModelChoice
 
     hub.throttle(T_REPO, T_FILE, chunk=16 * 1024, delay=0.05)
-    app = LocalspecApp(ChatSession(ModelChoice(), ChatSettings()), monitor=StaticMonitor(SYSTEM),
+    app = LocalspecApp(ChatSession(ModelChoice(), CHAT_DEFAULTS.with_()), monitor=StaticMonitor(SYSTEM),
                        load_on_start=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("f3")
@@ -435,15 +435,15 @@ async def test_pull_can_be_cancelled_and_errors_are_dialogs(hub):
         await wait_for(pilot, lambda: screen.pull is None, 10, "the cancellation")
         assert "cancelled" in str(panel.query_one("#pull-status").render())
         assert any("resume" in n for n in notifications(app))
-        from localspec.store import Store
+        from localspec.models.store import Store
 
         assert Store().models() == []
         # A draft the catalog does not know: an error dialog, and the app goes on.
-        screen.query_one("#pull-draft", Input).value = "99b"
+        screen.query_one("#pull-draft", Input).value = "llama-99b"
         await pilot.pause()
         assert await pilot.click("#pull")
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog), 30, "the error dialog")
-        assert "99b" in app.screen.message or "draft" in app.screen.message
+        assert "llama-99b" in app.screen.message
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, ModelsScreen), 5, "the models screen")
 
@@ -454,18 +454,17 @@ async def test_pull_can_be_cancelled_and_errors_are_dialogs(hub):
 async def test_fresh_machine_chats_with_the_demo_pair(monkeypatch, tmp_path):
     """`localspec chat` with nothing pulled and no Hub: the demo pair is prepared (with a
     progress message), loaded, and answers."""
-    from localspec.tui.app import LocalspecApp
-    from localspec.tui.chat_settings import ChatSettings
-    from localspec.tui.session import ChatSession
-
+    from localspec.chat.session import ChatSession
+    from localspec.chat.settings import CHAT_DEFAULTS
     from localspec.cli.chat import choose_models
+    from localspec.tui.app import LocalspecApp
 
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path / "fresh"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     opts = dict(n_ctx=1024, threads=1, gpu_layers=None, gpu_layers_draft=None, cache_type="f16")
     choice, drafter = choose_models(None, opts)
     assert choice.demo and drafter == "model"
-    app = LocalspecApp(ChatSession(choice, ChatSettings(temperature=0.0, max_tokens=12)),
+    app = LocalspecApp(ChatSession(choice, CHAT_DEFAULTS.with_(temperature=0.0, max_tokens=12)),
                        monitor=StaticMonitor(SYSTEM))
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot, timeout=120)

@@ -7,13 +7,14 @@ from the same refreshed regions; the terminal output of the two must be the same
 
 from __future__ import annotations
 
-from localspec.tui import compositor as compositor_module
-from localspec.tui.compositor import RowCroppedCompositor, covered
-from localspec.tui.screens.compare import CompareScreen
 from test_tui_support import SIZE, chat, run_async, send, tiny_app, wait_answer, wait_for, wait_ready
 from textual._compositor import Compositor
 from textual.geometry import Region
 from textual.widgets import Input
+
+from localspec.tui import compositor as compositor_module
+from localspec.tui.compositor import RowCroppedCompositor, covered
+from localspec.tui.screens.compare import CompareScreen
 
 
 def test_covered():

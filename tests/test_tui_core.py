@@ -9,24 +9,17 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from localspec.tui.chat_settings import (
-    ChatSettings,
+from test_tui_support import FakeClock, FakeEngine
+
+from localspec.chat.comparison import ComparisonResult
+from localspec.chat.live import Accumulator
+from localspec.chat.settings import (
+    CHAT_DEFAULTS,
     SettingError,
     form_values,
     parse_settings,
 )
-from localspec.tui.comparison import ComparisonResult
-from localspec.tui.format import bar, printable
-from localspec.tui.live import Accumulator
-from localspec.tui.messages import (
-    GenerationFailed,
-    GenerationFinished,
-    GenerationProgress,
-)
-from localspec.tui.system_stats import SystemMonitor
-from localspec.tui.worker import GenerationJob
-from test_tui_support import FakeClock, FakeEngine
-
+from localspec.chat.system_stats import SystemMonitor
 from localspec.engine import EngineConfig
 from localspec.engine.events import (
     Done,
@@ -40,6 +33,13 @@ from localspec.engine.events import (
     Token,
 )
 from localspec.errors import BadInput
+from localspec.tui.format import bar, printable
+from localspec.tui.messages import (
+    GenerationFailed,
+    GenerationFinished,
+    GenerationProgress,
+)
+from localspec.tui.worker import GenerationJob
 
 # -- live statistics ----------------------------------------------------------------------
 
@@ -84,10 +84,10 @@ def test_printable_keeps_the_terminal_safe():
 # -- settings -----------------------------------------------------------------------------
 
 def test_settings_parse_refuse_and_round_trip():
-    good = form_values(ChatSettings())
+    good = form_values(CHAT_DEFAULTS.with_())
     s = parse_settings(good, drafter="ngram", adaptive=False)
-    assert s == ChatSettings(drafter="ngram", adaptive=False)
-    assert s.drafting().fixed_k and s.sampling().top_k == 40
+    assert s == CHAT_DEFAULTS.with_(drafter="ngram", adaptive=False)
+    assert not s.adaptive and s.sampling.top_k == 40
     assert parse_settings(good | {"p_min": "0.3", "seed": "7", "draft_temperature": "0"}, drafter="model",
                           adaptive=True).policy().p_min == 0.3
     cases = {
@@ -108,7 +108,7 @@ def test_settings_parse_refuse_and_round_trip():
     with pytest.raises(SettingError) as exc:
         parse_settings(good | {"draft_min": "5", "draft_max": "3"}, drafter="model", adaptive=True)
     assert exc.value.field == "draft_min"
-    assert ChatSettings(drafter="none", temperature=0).describe().startswith("target only · greedy")
+    assert CHAT_DEFAULTS.with_(drafter="none", temperature=0).describe().startswith("target only · greedy")
 
 
 # -- system gauges ------------------------------------------------------------------------
@@ -292,7 +292,7 @@ def test_generation_job_stop_and_failure():
 # -- the session ---------------------------------------------------------------------------
 
 def test_session_turns_settings_and_reload_rules():
-    from localspec.tui.session import ChatSession, ModelChoice
+    from localspec.chat.session import ChatSession, ModelChoice
 
     clock = FakeClock()
     made = []
@@ -301,31 +301,35 @@ def test_session_turns_settings_and_reload_rules():
         made.append(config)
         return FakeEngine(config, clock)
 
-    s = ChatSession(ModelChoice(target="/m/t.gguf", draft="/m/d.gguf"), ChatSettings(max_tokens=9),
+    s = ChatSession(ModelChoice(target="/m/t.gguf", draft="/m/d.gguf"), CHAT_DEFAULTS.with_(max_tokens=9),
                     system="Be brief.", engine_factory=factory)
     with pytest.raises(BadInput, match="no model is loaded"):
         s.begin_turn("hi")
     summary = s.load()
-    assert made[-1].drafter == "model" and made[-1].draft == "/m/d.gguf"
+    assert made[-1].draft == "/m/d.gguf"
     assert summary.compatible and summary.target.quant == "Q4_K_M" and summary.draft.quant == "Q8_0"
     s.begin_turn("hi")
     assert s.messages == [{"role": "user", "content": "hi"}]
     s.end_turn("hello")
     assert s.last_answer() == "hello"
     assert not s.needs_reload(s.settings.with_(temperature=0.1, draft_max=3))
-    assert s.needs_reload(s.settings.with_(drafter="ngram"))
-    s.settings = s.settings.with_(drafter="ngram")
+    # Another drafter runs on the loaded engine (its draft model stays loaded for later).
+    assert not s.needs_reload(s.settings.with_(drafter="ngram"))
+    s.use(s.settings.with_(drafter="ngram"))
+    assert s.summary.drafter == "ngram" and len(made) == 1
+    # Loading without the draft model: then the draft model needs a reload.
     first = s.engine
     s.load()
-    assert first.closed and made[-1].drafter == "ngram" and made[-1].draft is None
+    assert first.closed and made[-1].draft is None
     assert "n-gram" in s.summary.compat and s.summary.compatible is None
+    assert s.needs_reload(s.settings.with_(drafter="model"))
     s.new_chat()
     assert s.messages == []
-    no_draft = ChatSession(ModelChoice(target="/m/t.gguf"), ChatSettings(), engine_factory=factory)
+    no_draft = ChatSession(ModelChoice(target="/m/t.gguf"), CHAT_DEFAULTS.with_(), engine_factory=factory)
     with pytest.raises(BadInput, match="no draft model"):
         no_draft.load()
     with pytest.raises(BadInput, match="needs a draft model"):
-        no_draft.check_settings(ChatSettings(drafter="model"))
+        no_draft.check_settings(CHAT_DEFAULTS.with_(drafter="model"))
     s.close()
     assert s.engine is None
 
@@ -355,7 +359,7 @@ def test_chat_command_errors_are_one_line(tiny_target, tiny_draft, capsys):
 
 def test_chat_command_finds_the_draft_of_a_registered_pair(tiny_target, tiny_draft, monkeypatch, tmp_path):
     from localspec.cli.chat import choose_models
-    from localspec.store import ModelEntry, PairEntry, Store
+    from localspec.models.store import ModelEntry, PairEntry, Store
 
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
     store = Store()
@@ -372,7 +376,7 @@ def test_chat_command_finds_the_draft_of_a_registered_pair(tiny_target, tiny_dra
 
 def test_chat_command_uses_tuned_settings_unless_a_flag_is_given(tiny_target, tiny_draft, monkeypatch, tmp_path,
                                                                   capsys):
-    from localspec import tuning
+    from localspec.bench import tuning
     from localspec.cli import main
     from localspec.tui.app import LocalspecApp
 

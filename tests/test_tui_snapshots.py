@@ -4,20 +4,19 @@ figure is the same from run to run. Update them with ``pytest tests/test_tui_sna
 
 from __future__ import annotations
 
+from test_tui_support import SIZE, SYSTEM_GPU, scripted_app, wait_for, wait_ready
+from textual.widgets import Input
+
+from localspec.chat.session import ChatSession, ModelChoice
+from localspec.chat.settings import CHAT_DEFAULTS
+from localspec.chat.system_stats import StaticMonitor
+from localspec.errors import IncompatiblePair
+from localspec.models.compat import CompatReport, Rule, TokenDifference
 from localspec.tui.app import LocalspecApp
-from localspec.tui.chat_settings import ChatSettings
 from localspec.tui.screens.compare import CompareScreen
 from localspec.tui.screens.dialogs import ErrorDialog
 from localspec.tui.screens.models import ModelsScreen
 from localspec.tui.screens.settings import SettingsScreen
-from localspec.tui.session import ChatSession, ModelChoice
-from localspec.tui.system_stats import StaticMonitor
-from test_tui_support import SIZE, SYSTEM_GPU, scripted_app, wait_for, wait_ready
-from textual.widgets import Input
-
-from localspec.compat import CompatReport, Rule, TokenDifference
-from localspec.errors import IncompatiblePair
-
 
 
 async def settle(pilot) -> None:
@@ -69,7 +68,7 @@ def test_settings_refuses_an_invalid_value(snap_compare):
 def test_models_screen(snap_compare, monkeypatch, tmp_path):
     """Local models and pairs (the demo pair first), the catalog pull form."""
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path / "home"))
-    from localspec.store import ModelEntry, PairEntry, Store
+    from localspec.models.store import ModelEntry, PairEntry, Store
 
     store = Store()
     for name, alias, size, quant, nbytes in (("qwen2.5-7b:q4_k_m", "qwen2.5-7b", "7b", "Q4_K_M", 4_683_073_504),
@@ -119,7 +118,7 @@ def test_error_dialog_for_an_incompatible_pair(snap_compare):
 
     session = ChatSession(ModelChoice(target="/models/qwen2.5-7b-instruct-q4_k_m.gguf",
                                       draft="/models/Llama-3.2-1B-Instruct-Q8_0.gguf"),
-                          ChatSettings(), engine_factory=refuse)
+                          CHAT_DEFAULTS.with_(), engine_factory=refuse)
     app = LocalspecApp(session, monitor=StaticMonitor(SYSTEM_GPU), flush_interval=None)
 
     async def run_before(pilot):

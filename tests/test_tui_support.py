@@ -13,14 +13,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from localspec.tui.app import LocalspecApp
-from localspec.tui.chat_settings import ChatSettings
-from localspec.tui.screens.chat import ChatScreen
-from localspec.tui.session import ChatSession, ModelChoice
-from localspec.tui.system_stats import GpuMemory, StaticMonitor, SystemStats
 from textual.widgets import Input
 
-from localspec.compat import CompatReport, Rule
+from localspec.chat.session import ChatSession, ModelChoice
+from localspec.chat.settings import CHAT_DEFAULTS
+from localspec.chat.system_stats import GpuMemory, StaticMonitor, SystemStats
+from localspec.engine import DrafterKind, RunSpec
 from localspec.engine.backend import ModelInfo
 from localspec.engine.events import (
     Done,
@@ -32,6 +30,9 @@ from localspec.engine.events import (
     Summary,
     Token,
 )
+from localspec.models.compat import CompatReport, Rule
+from localspec.tui.app import LocalspecApp
+from localspec.tui.screens.chat import ChatScreen
 
 SIZE = (130, 42)   # the terminal the Pilot tests run in
 
@@ -72,7 +73,7 @@ def tiny_app(target, draft=None, *, drafter: str = "model", n_ctx: int = 1024, m
     settings.setdefault("temperature", 0.0)
     session = ChatSession(ModelChoice(target=str(target), draft=str(draft) if draft else None, n_ctx=n_ctx,
                                       threads=1),
-                          ChatSettings(drafter=drafter, **settings))
+                          CHAT_DEFAULTS.with_(drafter=drafter, **settings))
     return LocalspecApp(session, monitor=monitor or StaticMonitor(SYSTEM))
 
 
@@ -146,7 +147,7 @@ class FakeEngine:
                                             "llama 1.7B Q4_K - Medium", 1_055_609_824, 1_711_376_384))
         self.draft_model = None
         self.compat = None
-        if config.drafter == "model":
+        if config.draft:
             self.draft_model = FakeModel(_info("/models/smollm2-135m-instruct-q8_0.gguf", "llama 135M Q8_0",
                                                144_811_296, 134_515_008))
             self.compat = CompatReport("target", "draft", [Rule("vocabulary type", True, "gpt2 / gpt2")], [], 0)
@@ -156,8 +157,12 @@ class FakeEngine:
         return list(range(20 + 10 * len(messages)))
 
     def describe(self) -> dict:
-        return {"target": {"model": "llama 1.7B Q4_K - Medium"}, "drafter": self.config.drafter,
-                "n_ctx": self.config.n_ctx, "threads": 2}
+        return {"target": {"model": "llama 1.7B Q4_K - Medium"},
+                "drafters": [k.value for k in self.drafters], "n_ctx": self.config.n_ctx, "threads": 2}
+
+    @property
+    def drafters(self):
+        return tuple(k for k in DrafterKind if k is not DrafterKind.MODEL or self.draft_model is not None)
 
     def reset(self) -> None:
         pass
@@ -165,8 +170,7 @@ class FakeEngine:
     def close(self) -> None:
         self.closed = True
 
-    def generate(self, tokens, *, sampling=None, max_tokens=256, stop=(), speculative=True, policy=None,
-                 cancel: threading.Event | None = None):
+    def run(self, tokens, run: RunSpec, cancel: threading.Event | None = None):
         clock = self.clock
         start = clock.now
         clock.now += 0.05
@@ -175,7 +179,7 @@ class FakeEngine:
         ids, text = [], []
         drafted = accepted = steps = 0
         ttft = None
-        spec = speculative and self.config.drafter != "none"
+        spec = run.speculative
         if spec:
             rounds = ROUNDS
         else:
@@ -208,9 +212,9 @@ class FakeEngine:
                           generation_seconds=gen, time_to_first_token=ttft or 0.0,
                           tokens_per_second=len(ids) / gen, steps=steps, drafted=drafted, accepted=accepted,
                           acceptance_rate=accepted / drafted if drafted else 0.0,
-                          tokens_per_step=len(ids) / steps, drafter=self.config.drafter if spec else "none",
+                          tokens_per_step=len(ids) / steps, drafter=run.drafter.value,
                           stop_reason="eog")
-        yield Done(summary, "".join(text), tuple(ids), StopReason.EOG)
+        yield Done(summary, "".join(text), tuple(ids), StopReason.EOG, policy={"adaptive": run.adaptive})
 
 
 @dataclass
@@ -229,6 +233,6 @@ def scripted_app(*, pause_drafting: bool = False, drafter: str = "model", monito
     session = ChatSession(ModelChoice(target="/models/smollm2-1.7b-instruct-q4_k_m.gguf",
                                       draft="/models/smollm2-135m-instruct-q8_0.gguf",
                                       target_name="smollm2-1.7b:q4_k_m", draft_name="smollm2-135m:q8_0"),
-                          ChatSettings(drafter=drafter, temperature=0.0), engine_factory=setup.factory)
+                          RunSpec.of(drafter=drafter, temperature=0.0, max_tokens=512), engine_factory=setup.factory)
     return LocalspecApp(session, monitor=monitor or StaticMonitor(SYSTEM), flush_interval=None,
                         clock=setup.clock, save_dir=save_dir)

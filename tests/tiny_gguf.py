@@ -117,7 +117,7 @@ class TinySpec:
     f16: bool = False             # store the matrices as F16 (half the file size)
     name: str = "tiny"
 
-    def with_(self, **kw) -> "TinySpec":
+    def with_(self, **kw) -> TinySpec:
         return replace(self, **kw)
 
 

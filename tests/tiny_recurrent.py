@@ -29,7 +29,6 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-
 from tiny_gguf import CHATML, SPECIALS, TinySpec, add_weight_noise, bigram_output, bpe_vocab, write_tiny_model
 
 ARCHS = ("mamba", "mamba2", "lfm2")
@@ -68,7 +67,7 @@ class RecurrentSpec:
     f16: bool = False
     name: str = "tiny-recurrent"
 
-    def with_(self, **kw) -> "RecurrentSpec":
+    def with_(self, **kw) -> RecurrentSpec:
         return replace(self, **kw)
 
     @property
@@ -271,7 +270,7 @@ def write_recurrent_model(path: str | Path, spec: RecurrentSpec = RecurrentSpec(
     return path
 
 
-def write_model(path: str | Path, spec: "TinySpec | RecurrentSpec") -> Path:
+def write_model(path: str | Path, spec: TinySpec | RecurrentSpec) -> Path:
     """Write either kind of tiny model."""
     if isinstance(spec, RecurrentSpec):
         return write_recurrent_model(path, spec)
@@ -285,7 +284,7 @@ class RecurrentZoo:
     root: Path
     made: dict[object, Path] = field(default_factory=dict)
 
-    def get(self, spec: "TinySpec | RecurrentSpec" = RecurrentSpec(), name: str | None = None) -> Path:
+    def get(self, spec: TinySpec | RecurrentSpec = RecurrentSpec(), name: str | None = None) -> Path:
         if spec not in self.made:
             fname = name or f"tiny-rec-{len(self.made)}.gguf"
             self.made[spec] = write_model(Path(self.root) / fname, spec)

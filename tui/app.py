@@ -18,15 +18,15 @@ from textual.app import App
 from textual.binding import Binding
 from textual.reactive import reactive
 
-from .chat_settings import ChatSettings
+from ..chat.session import ChatSession, ModelChoice
+from ..chat.system_stats import SystemMonitor, SystemStats
+from ..engine import RunSpec
 from .messages import EngineFailed, EngineLoading, EngineReady
 from .screens.chat import ChatScreen
 from .screens.compare import CompareScreen
 from .screens.dialogs import ErrorDialog
 from .screens.models import ModelsScreen
 from .screens.settings import SettingsScreen
-from .session import ChatSession, ModelChoice
-from .system_stats import SystemMonitor, SystemStats
 from .worker import DEFAULT_INTERVAL, GenerationJob, Job, LoadJob
 
 GAUGE_INTERVAL = 0.2      # gauges: up to five refreshes a second
@@ -210,18 +210,18 @@ class LocalspecApp(App):
         has_draft = bool(choice.draft or choice.demo)
         self.push_screen(SettingsScreen(self.session.settings, has_draft=has_draft), self.apply_settings)
 
-    def apply_settings(self, settings: ChatSettings | None) -> None:
+    def apply_settings(self, settings: RunSpec | None) -> None:
         if settings is None:
             return
         session = self.session
         reload = session.needs_reload(settings) and self.engine_state in ("ready", "failed")
-        session.settings = settings
+        session.use(settings)
         self.notify("settings applied from the next message", timeout=3)
         if reload:
             self.load_models()
         chat = self._chat_screen()
         if chat is not None and chat.is_mounted:
-            chat.show_status()
+            chat.engine_changed()
 
     # -- system gauges ----------------------------------------------------------------
     def system_stats(self) -> SystemStats:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from textual.message import Message
 
+from ..chat.live import LiveStats, Segment
+from ..chat.session import ModelSummary
 from ..engine.events import Done
-from .live import LiveStats, Segment
-from .session import ModelSummary
 
 # -- the engine ---------------------------------------------------------------------------
 
@@ -51,13 +51,12 @@ class GenerationFinished(Message, bubble=False):
     """The last message of a job that ran to its end (or was stopped)."""
 
     def __init__(self, job: str, segments: list[Segment], stats: LiveStats, done: Done,
-                 estimates: dict, steps_after_stop: int) -> None:
+                 steps_after_stop: int) -> None:
         super().__init__()
         self.job = job
         self.segments = segments
         self.stats = stats
         self.done = done
-        self.estimates = estimates
         self.steps_after_stop = steps_after_stop
 
 

@@ -20,8 +20,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+from ..chat.live import Accumulator
 from ..errors import IncompatiblePair, LocalspecError
-from .live import Accumulator
 from .messages import (
     EngineFailed,
     EngineLoading,
@@ -113,11 +113,9 @@ class GenerationJob(Job):
 
     def __init__(self, target, name: str, events: Callable[[threading.Event], Iterator], *,
                  drafter: str = "", interval: float | None = DEFAULT_INTERVAL,
-                 clock: Callable[[], float] = time.perf_counter,
-                 estimates: Callable[[], dict] | None = None):
+                 clock: Callable[[], float] = time.perf_counter):
         super().__init__(target, name, interval)
         self._events = events
-        self._estimates = estimates
         self._lock = threading.Lock()
         self.acc = Accumulator(drafter=drafter, clock=clock)
         self.steps_after_stop = 0     # steps the engine finished after stop was asked
@@ -154,14 +152,7 @@ class GenerationJob(Job):
                 acc.fail()
             segments, stats = acc.take_segments(), acc.snapshot()
         if self.done is not None and self.error is None:
-            estimates = {}
-            if self._estimates is not None:
-                try:
-                    estimates = self._estimates()
-                except Exception:
-                    estimates = {}
-            self.post(GenerationFinished(self.name, segments, stats, self.done, estimates,
-                                         self.steps_after_stop))
+            self.post(GenerationFinished(self.name, segments, stats, self.done, self.steps_after_stop))
         else:
             self.post(GenerationFailed(self.name, segments, stats, self.error or "the generation ended early"))
 
@@ -219,7 +210,7 @@ class PullJob(Job):
         self.post(PullProgress(pending))
 
     def run(self) -> None:
-        from .. import hub, puller
+        from ..models import hub, puller
 
         try:
             plan = puller.plan_pull(self.alias, self.draft)

@@ -8,15 +8,16 @@ from pathlib import Path
 import click
 from tqdm.auto import tqdm
 
-from .. import benchmark, tuning
-from ..engine import DraftSettings, Engine, EngineConfig
-from ..engine.backend import CACHE_TYPES, backend_name
+from ..bench import sweep as benchmark
+from ..bench import tuning
+from ..engine import Engine, EngineConfig
+from ..engine.backend import backend_name
 from ..errors import BadInput
 from .main import cli
-from .options import resolve_model
+from .options import hardware_options, resolve_model, validated
 
 
-def _list(value: str | None, kind, name: str, check) -> list:
+def _list(value: str | None, kind, name: str) -> list:
     if value is None:
         return []
     out = []
@@ -25,13 +26,9 @@ def _list(value: str | None, kind, name: str, check) -> list:
         if not part:
             continue
         try:
-            v = kind(part)
+            out.append(kind(part))
         except ValueError:
             raise BadInput(f"{name}: {part!r} is not a {kind.__name__}") from None
-        msg = check(v)
-        if msg:
-            raise BadInput(f"{name}: {part} {msg}")
-        out.append(v)
     if not out:
         raise BadInput(f"{name}: give at least one value")
     return out
@@ -49,7 +46,7 @@ def _models(opts: dict) -> tuple[str, str]:
     if opts["demo"]:
         if opts["target"] or opts["draft"]:
             raise BadInput("--demo picks both models; leave out -m and -d")
-        from ..demo import demo_pair
+        from ..models.demo import demo_pair
 
         t, d = demo_pair(progress=lambda m: click.echo(m, err=True))
         return str(t), str(d)
@@ -58,10 +55,11 @@ def _models(opts: dict) -> tuple[str, str]:
     return resolve_model(opts["target"], "target"), resolve_model(opts["draft"], "draft")
 
 
-def _engine(opts: dict, target: str, draft: str) -> Engine:
+def _engine(opts: dict, target: str, draft: str, specs) -> Engine:
+    depth = max([s.draft_max + 1 for s in specs] + [9])
     return Engine(EngineConfig(target=target, draft=draft, n_ctx=opts["n_ctx"], threads=opts["threads"],
                                gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
-                               cache_type=opts["cache_type"], drafting=DraftSettings()))
+                               cache_type=opts["cache_type"], rollback_depth=depth))
 
 
 def _hardware(f):
@@ -69,14 +67,18 @@ def _hardware(f):
         click.option("-m", "--model", "target", metavar="TARGET", help="Target model (file, name or alias)."),
         click.option("-d", "--draft", metavar="DRAFT", help="Draft model (file, name or alias)."),
         click.option("--demo", is_flag=True, help="Use the built-in demo pair."),
-        click.option("--ctx", "n_ctx", type=click.IntRange(min=16), default=2048, show_default=True),
-        click.option("--threads", type=click.IntRange(min=1), default=None),
-        click.option("--gpu-layers", type=click.IntRange(min=-1), default=None),
-        click.option("--gpu-layers-draft", type=click.IntRange(min=-1), default=None),
-        click.option("--cache-type", type=click.Choice(sorted(CACHE_TYPES)), default="f16", show_default=True),
+        hardware_options(n_ctx=2048),
     ]):
         f = d(f)
     return f
+
+
+def _checked(cells, n: int, seed: int, temp: float) -> list:
+    """Every cell's RunSpec, validated (the sweep's values worded as its flags)."""
+    specs = benchmark.cell_specs(cells, validated(benchmark.base_spec(n, seed, temp)))
+    for spec in specs:
+        validated(spec)
+    return specs
 
 
 def _run_sweep(engine, prompts, cells, *, runs, n, seed, temp, save, label: str):
@@ -110,8 +112,8 @@ def _run_sweep(engine, prompts, cells, *, runs, n, seed, temp, save, label: str)
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), help="JSON-lines prompts file.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per cell.")
 @click.option("-n", "n", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens per run.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--temp", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--temp", type=float, default=0.0, show_default=True,
               help="Target temperature (0: greedy).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the results as JSON.")
 @click.option("--csv", "csv_out", type=click.Path(dir_okay=False), help="Write the results as CSV.")
@@ -129,13 +131,14 @@ def bench(**opts) -> int:
       localspec bench --demo --draft-max 2,4,8 --runs 2 --json bench.json --csv bench.csv
       localspec bench -m target.gguf -d draft.gguf --draft-temp 0,0.7 --p-min 0,0.5 --policy fixed
     """
-    ks = _list(opts["draft_max"], int, "--draft-max", lambda v: "must be >= 1" if v < 1 else None)
-    temps = _list(opts["draft_temp"], float, "--draft-temp", lambda v: "must be >= 0" if v < 0 else None) or [None]
-    pmins = _list(opts["p_min"], float, "--p-min", lambda v: "must be in [0, 1)" if not 0 <= v < 1 else None) or [None]
+    ks = _list(opts["draft_max"], int, "--draft-max")
+    temps = _list(opts["draft_temp"], float, "--draft-temp") or [None]
+    pmins = _list(opts["p_min"], float, "--p-min") or [None]
     policies = _choices(opts["policy"], "--policy", ("adaptive", "fixed"))
     drafters = _choices(opts["drafter"], "--drafter", ("model", "ngram"))
     prompts = benchmark.load_prompts(opts["prompts_file"]) if opts["prompts_file"] else benchmark.PROMPTS
     cells = benchmark.grid(ks, temps, pmins, policies, drafters)
+    specs = _checked(cells, opts["n"], opts["seed"], opts["temp"])
     target, draft = _models(opts)
     outputs = [Path(p) for p in (opts["json_out"], opts["csv_out"]) if p]
     chart = outputs[0].with_suffix(".png") if outputs else None
@@ -148,7 +151,7 @@ def bench(**opts) -> int:
         if chart is not None and res.cells:
             benchmark.write_chart(res, chart)
 
-    with _engine(opts, target, draft) as engine:
+    with _engine(opts, target, draft, specs) as engine:
         click.echo(f"{len(cells)} settings x {len(prompts)} prompts x {opts['runs']} runs, "
                    f"{opts['n']} tokens each, plus the target alone", err=True)
         res, interrupted = _run_sweep(engine, prompts, cells, runs=opts["runs"], n=opts["n"], seed=opts["seed"],
@@ -208,7 +211,7 @@ def tune(**opts) -> int:
         return 0
     target, draft = _models(opts)
     prompts = [p for p in benchmark.PROMPTS if p["id"] in TUNE_PROMPTS]
-    with _engine(opts, target, draft) as engine:
+    with _engine(opts, target, draft, _checked(TUNE_CELLS, opts["n"], 0, 0.0)) as engine:
         backend = engine.target_model.info.backend
         res, interrupted = _run_sweep(engine, prompts, TUNE_CELLS, runs=opts["runs"], n=opts["n"], seed=0,
                                       temp=0.0, save=None, label="tune")

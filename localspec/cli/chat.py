@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import click
 
-from ..catalog import load_catalog
+from ..chat.settings import CHAT_DEFAULTS
+from ..engine import DrafterKind
 from ..errors import BadInput
+from ..models.catalog import load_catalog
 from .main import cli
 from .options import (
-    apply_tuned,
-    check_draft_lengths,
+    Pair,
     chosen_drafter,
     drafter_options,
-    explicit,
     hardware_options,
     resolve_model,
+    run_spec,
     sampling_options,
+    tuned_settings,
 )
 
 
@@ -23,7 +25,7 @@ def _store_draft(target_arg: str, target_path: str) -> tuple[str, str] | None:
     """(draft path, draft name) of a compatible registered pair whose target is this model."""
     from pathlib import Path
 
-    from ..store import Store
+    from ..models.store import Store
 
     store = Store()
     names = {target_arg}
@@ -41,9 +43,9 @@ def _store_draft(target_arg: str, target_path: str) -> tuple[str, str] | None:
 
 def choose_models(target: str | None, opts: dict):
     """A ModelChoice from the command line (the demo pair when no TARGET is given)."""
-    from ..tui.session import ModelChoice
+    from ..chat.session import ModelChoice
 
-    drafter = chosen_drafter(opts, "--draft") or "model"
+    drafter = chosen_drafter(opts, "--draft") or DrafterKind.MODEL
     hw = dict(n_ctx=opts["n_ctx"], threads=opts["threads"], gpu_layers=opts["gpu_layers"],
               gpu_layers_draft=opts["gpu_layers_draft"], cache_type=opts["cache_type"])
     if target is None:
@@ -54,7 +56,7 @@ def choose_models(target: str | None, opts: dict):
     draft_path = draft_name = None
     if opts.get("draft"):
         draft_path, draft_name = resolve_model(opts["draft"], "draft"), opts["draft"]
-    elif drafter == "model":
+    elif drafter is DrafterKind.MODEL:
         found = _store_draft(target, target_path)
         if found is None:
             raise BadInput(f"no draft for {target}: give --draft DRAFT, or --ngram, or --no-draft "
@@ -69,15 +71,17 @@ def choose_models(target: str | None, opts: dict):
 
 @cli.command()
 @click.argument("target", required=False, metavar="[TARGET]")
+@click.option("-m", "--model", "model", metavar="TARGET",
+              help="Target model (as TARGET): a .gguf file, a local model name or a pulled catalog alias.")
 @drafter_options()
 @click.option("--system", metavar="TEXT", help="System message.")
-@click.option("-n", "--max-tokens", type=click.IntRange(min=1), default=512, show_default=True,
+@click.option("-n", "--max-tokens", type=int, default=CHAT_DEFAULTS.max_tokens, show_default=True,
               help="Most tokens per answer.")
 @sampling_options(default_temp=0.8)
 @hardware_options()
 @click.option("--save-dir", type=click.Path(file_okay=False), default=None,
               help="Where the comparison screen saves its JSON and Markdown (default: here).")
-def chat(target, **opts) -> None:
+def chat(target, model, **opts) -> None:
     """Chat with a model in the terminal, with live speculative-decoding gauges.
 
     Without TARGET it uses the built-in demo pair (SmolLM2-135M: F16 target, Q4_1 draft;
@@ -91,26 +95,22 @@ def chat(target, **opts) -> None:
     Examples:
       localspec chat
       localspec chat qwen2.5-7b --draft qwen2.5-0.5b
+      localspec chat -m target.gguf -d draft.gguf
       localspec chat model.gguf --ngram --temp 0
     """
-    from ..tui.chat_settings import ChatSettings
-
-    choice, drafter = choose_models(target, opts)
-    if drafter == "model":
-        from ..demo import prepared_demo_pair
+    if target and model and target != model:
+        raise BadInput(f"two targets given ({target} and -m {model}): give one")
+    choice, drafter = choose_models(target or model, opts)
+    tuned = None
+    if drafter is DrafterKind.MODEL:
+        from ..models.demo import prepared_demo_pair
 
         pair = prepared_demo_pair() if choice.demo else (choice.target, choice.draft)
-        if pair is not None:
-            apply_tuned(opts, str(pair[0]), str(pair[1]))   # `localspec tune`'s settings; flags win
-    check_draft_lengths(opts)
-    settings = ChatSettings(
-        drafter=drafter, adaptive=not (opts["fixed_k"] or explicit("draft_max")), draft_max=opts["draft_max"],
-        draft_min=opts["draft_min"], p_min=opts["p_min"], temperature=opts["temp"], top_k=opts["top_k"],
-        top_p=opts["top_p"], min_p=opts["min_p"], seed=opts["seed"], draft_temperature=opts["draft_temp"],
-        max_tokens=opts["max_tokens"])
-    settings.validate()
+        if pair is not None:   # `localspec tune`'s settings; flags win
+            tuned = tuned_settings(opts, Pair(str(pair[0]), str(pair[1]), drafter))
+    settings = run_spec(opts, drafter, tuned)
+    from ..chat.session import ChatSession
     from ..tui.app import LocalspecApp
-    from ..tui.session import ChatSession
 
     session = ChatSession(choice, settings, system=opts["system"])
     app = LocalspecApp(session, save_dir=opts["save_dir"])

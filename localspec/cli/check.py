@@ -6,8 +6,8 @@ import json
 
 import click
 
-from ..compat import check_files
 from ..errors import GGUFError
+from ..models.compat import check_files
 from .main import cli
 
 

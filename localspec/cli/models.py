@@ -9,13 +9,14 @@ from pathlib import Path
 
 import click
 
-from ..catalog import load_catalog
 from ..errors import BadInput
-from ..gguf_meta import read_metadata
+from ..models.catalog import load_catalog
+from ..models.gguf_meta import read_metadata
+from ..models.puller import human
+from ..models.quantize import FTYPES
+from ..models.quantize import quantize as run_quantize
+from ..models.store import ModelEntry, Store
 from ..paths import models_dir
-from ..puller import human
-from ..quantize import FTYPES, quantize as run_quantize
-from ..store import ModelEntry, Store
 from .main import cli
 from .progress import Bars
 
@@ -117,7 +118,7 @@ def import_model(path: str, name: str | None) -> None:
     if not p.exists() and path.count("/") >= 2 and path.endswith(".gguf"):
         from huggingface_hub import try_to_load_from_cache
 
-        from ..hub import cache_dir
+        from ..models.hub import cache_dir
 
         parts = path.split("/")
         found = try_to_load_from_cache("/".join(parts[:2]), "/".join(parts[2:]), cache_dir=cache_dir())

@@ -1,15 +1,28 @@
-"""Options shared by ``run`` and ``compare``, and their translation into engine settings."""
+"""Options shared by the commands, and their translation into an EngineConfig and a RunSpec.
+
+The run settings' defaults are RunSpec's and their ranges are checked by RunSpec alone; a
+:class:`~localspec.engine.SpecError` is reworded here with the flag's name.
+"""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from ..engine import DraftSettings, EngineConfig, SamplingConfig
+from ..engine import DrafterKind, EngineConfig, RunSpec, SamplingConfig, SpecError
 from ..engine.backend import CACHE_TYPES
 from ..errors import BadInput
+
+_SPEC = RunSpec()
+_SAMPLING = SamplingConfig()
+
+# RunSpec field -> the flag that sets it
+FLAGS = {"temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p", "seed": "--seed",
+         "draft_temperature": "--draft-temp", "draft_max": "--draft-max", "draft_min": "--draft-min",
+         "p_min": "--p-min", "max_tokens": "--max-tokens", "stop": "--stop", "drafter": "--drafter"}
 
 
 def resolve_model(arg: str, what: str) -> str:
@@ -19,8 +32,8 @@ def resolve_model(arg: str, what: str) -> str:
         if p.is_dir():
             raise BadInput(f"{what} model {arg}: is a directory, not a .gguf file")
         return str(p)
-    from ..catalog import DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_QUANT, load_catalog
-    from ..store import Store
+    from ..models.catalog import DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_QUANT, load_catalog
+    from ..models.store import Store
 
     store = Store()
     entry = store.get(arg)
@@ -59,35 +72,33 @@ def drafter_options():
     )
 
 
-def sampling_options(default_temp: float):
-    """Sampling (one set for both models) and drafting lengths."""
+def sampling_options(default_temp: float = _SAMPLING.temperature):
+    """Sampling (one set for both models) and drafting lengths; defaults are RunSpec's."""
     return _opts(
-        click.option("--temp", type=click.FloatRange(min=0.0), default=default_temp, show_default=True,
+        click.option("--temp", type=float, default=default_temp, show_default=True,
                      help="Temperature; 0 is greedy."),
-        click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True,
+        click.option("--top-k", type=int, default=_SAMPLING.top_k, show_default=True,
                      help="Top-k (0 turns it off)."),
-        click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=0.95,
-                     show_default=True, help="Top-p (nucleus)."),
-        click.option("--min-p", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=0.05,
-                     show_default=True, help="Min-p."),
-        click.option("--seed", type=click.IntRange(min=0), default=None, help="Random seed (sampling)."),
-        click.option("--draft-temp", type=click.FloatRange(min=0.0), default=None,
+        click.option("--top-p", type=float, default=_SAMPLING.top_p, show_default=True, help="Top-p (nucleus)."),
+        click.option("--min-p", type=float, default=_SAMPLING.min_p, show_default=True, help="Min-p."),
+        click.option("--seed", type=int, default=None, help="Random seed (sampling)."),
+        click.option("--draft-temp", type=float, default=None,
                      help="Draft temperature (default: same as --temp); stays lossless."),
-        click.option("--draft-max", type=click.IntRange(min=1), default=8, show_default=True,
+        click.option("--draft-max", type=int, default=_SPEC.draft_max, show_default=True,
                      help="Most tokens drafted per step; given explicitly, exactly this many every step."),
-        click.option("--draft-min", type=click.IntRange(min=1), default=1, show_default=True,
+        click.option("--draft-min", type=int, default=_SPEC.draft_min, show_default=True,
                      help="Tokens always drafted per step while drafting is on (adaptive mode)."),
-        click.option("--p-min", type=click.FloatRange(min=0.0, max=1.0, max_open=True), default=None,
+        click.option("--p-min", type=float, default=None,
                      help="Stop drafting when the draft's top probability falls below this "
                           "(default: automatic, from measured acceptance and costs)."),
         click.option("--fixed-k", is_flag=True, help="Always draft --draft-max tokens (adaptive drafting off)."),
     )
 
 
-def hardware_options():
+def hardware_options(n_ctx: int = 4096):
     """Context, threads, GPU layers, KV cache."""
     return _opts(
-        click.option("--ctx", "n_ctx", type=click.IntRange(min=16), default=4096, show_default=True,
+        click.option("--ctx", "n_ctx", type=click.IntRange(min=16), default=n_ctx, show_default=True,
                      help="Context size in tokens."),
         click.option("--threads", type=click.IntRange(min=1), default=None,
                      help="CPU threads (default: physical cores)."),
@@ -113,7 +124,7 @@ def generation_options(default_temp: float):
                      help="Read the prompt from a file."),
         click.option("--chat", is_flag=True, help="Wrap the prompt in the model's chat template."),
         click.option("--system", metavar="TEXT", help="System message (with --chat)."),
-        click.option("-n", "--max-tokens", type=click.IntRange(min=1), default=256, show_default=True,
+        click.option("-n", "--max-tokens", type=int, default=_SPEC.max_tokens, show_default=True,
                      help="Most tokens to generate."),
         click.option("--stop", multiple=True, metavar="TEXT", help="Stop string (repeatable)."),
         sampling_options(default_temp),
@@ -122,18 +133,79 @@ def generation_options(default_temp: float):
     )
 
 
-def chosen_drafter(opts: dict, draft_flag: str = "-d") -> str | None:
-    """"model", "ngram" or "none" from the drafter flags; None when none was given."""
+def chosen_drafter(opts: dict, draft_flag: str = "-d") -> DrafterKind | None:
+    """The drafter the flags ask for; None when none was given."""
     chosen = [name for name, on in ((draft_flag, bool(opts.get("draft"))), ("--ngram", opts.get("ngram")),
                                      ("--no-draft", opts.get("no_draft"))) if on]
     if len(chosen) > 1:
         raise BadInput(f"choose one of {draft_flag}, --ngram, --no-draft (got {' and '.join(chosen)})")
-    return {draft_flag: "model", "--ngram": "ngram", "--no-draft": "none"}[chosen[0]] if chosen else None
+    kinds = {draft_flag: DrafterKind.MODEL, "--ngram": DrafterKind.NGRAM, "--no-draft": DrafterKind.NONE}
+    return kinds[chosen[0]] if chosen else None
 
 
-def check_draft_lengths(opts: dict) -> None:
-    if opts["draft_min"] > opts["draft_max"]:
-        raise BadInput(f"--draft-min ({opts['draft_min']}) is larger than --draft-max ({opts['draft_max']})")
+def validated(spec: RunSpec) -> RunSpec:
+    """RunSpec's validation, worded with the flags' names."""
+    try:
+        return spec.validate()
+    except SpecError as exc:
+        raise BadInput(exc.named(FLAGS.get(exc.field, exc.field))) from None
+
+
+def run_spec(opts: dict, drafter: DrafterKind, tuned: dict | None = None) -> RunSpec:
+    """The RunSpec the flags describe; ``tuned`` (from `localspec tune`) fills in the drafting
+    settings no flag gave. An explicit --draft-max means exactly that many every step."""
+    values = dict(drafter=drafter, draft_max=opts["draft_max"], draft_min=opts["draft_min"],
+                  p_min=opts["p_min"], adaptive=not (opts["fixed_k"] or explicit("draft_max")),
+                  temperature=opts["temp"], top_k=opts["top_k"], top_p=opts["top_p"], min_p=opts["min_p"],
+                  seed=opts["seed"], draft_temperature=opts["draft_temp"],
+                  max_tokens=opts["max_tokens"], stop=tuple(opts.get("stop") or ()))
+    if tuned:
+        values.update(tuned)
+    return validated(RunSpec.of(**values))
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The models a command runs: GGUF paths and the drafter the flags chose."""
+
+    target: str
+    draft: str | None
+    drafter: DrafterKind
+
+
+def resolve_pair(opts: dict) -> Pair:
+    """-m/-d/--ngram/--no-draft/--demo into paths (the demo pair is made on first use)."""
+    target, draft = opts.get("target"), opts.get("draft")
+    drafter = chosen_drafter(opts)
+    if opts.get("demo"):
+        if target or draft:
+            raise BadInput("--demo picks both models; leave out -m and -d")
+        from ..models.demo import demo_pair
+
+        t, d = demo_pair(progress=lambda m: click.echo(m, err=True))
+        return Pair(str(t), str(d) if drafter in (None, DrafterKind.MODEL) else None, drafter or DrafterKind.MODEL)
+    if not target:
+        raise BadInput("no target model: give -m TARGET.gguf (or --demo)")
+    if drafter is None:
+        raise BadInput("no drafter: give a draft model with -d DRAFT, or --ngram, or --no-draft")
+    return Pair(resolve_model(target, "target"),
+                resolve_model(draft, "draft") if drafter is DrafterKind.MODEL else None, drafter)
+
+
+def engine_config(opts: dict, pair: Pair, spec: RunSpec | None = None) -> EngineConfig:
+    """What to load: the pair and the hardware flags."""
+    depth = max(spec.draft_max + 1, _SPEC.draft_max + 1) if spec is not None else None
+    return EngineConfig(target=pair.target, draft=pair.draft, n_ctx=opts["n_ctx"], threads=opts["threads"],
+                        gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
+                        cache_type=opts["cache_type"], rollback_depth=depth)
+
+
+def prepare(opts: dict) -> tuple[EngineConfig, RunSpec]:
+    """Everything `run` and `compare` need before loading: the models and the RunSpec."""
+    pair = resolve_pair(opts)
+    tuned = tuned_settings(opts, pair) if pair.drafter is DrafterKind.MODEL else None
+    spec = run_spec(opts, pair.drafter, tuned)
+    return engine_config(opts, pair, spec), spec
 
 
 def read_prompt(opts: dict) -> str:
@@ -152,41 +224,6 @@ def read_prompt(opts: dict) -> str:
     return prompt
 
 
-def engine_config(opts: dict) -> EngineConfig:
-    """Settings for the Engine from the command-line options (``opts`` is updated in place
-    with what --demo and tuned settings resolve to, for sampling_config to read)."""
-    if opts.get("demo"):
-        if opts.get("target") or opts.get("draft"):
-            raise BadInput("--demo picks both models; leave out -m and -d")
-        from ..demo import demo_pair
-
-        target, draft = demo_pair(progress=lambda m: click.echo(m, err=True))
-        opts["demo"] = False  # resolved once; the caller's dict now names the files
-        opts["target"] = str(target)
-        if not (opts.get("ngram") or opts.get("no_draft")):
-            opts["draft"] = str(draft)
-    if not opts.get("target"):
-        raise BadInput("no target model: give -m TARGET.gguf (or --demo)")
-    drafter = chosen_drafter(opts)
-    if drafter is None:
-        raise BadInput("no drafter: give a draft model with -d DRAFT, or --ngram, or --no-draft")
-    target = resolve_model(opts["target"], "target")
-    draft = resolve_model(opts["draft"], "draft") if drafter == "model" else None
-    check_draft_lengths(opts)
-    # An explicit --draft-max is the user's choice: draft that many tokens every step, like
-    # --fixed-k (an explicit --p-min can still end a draft early).
-    explicit_k = explicit("draft_max")
-    if drafter == "model":
-        apply_tuned(opts, target, draft)
-    return EngineConfig(
-        target=target, draft=draft, drafter=drafter, n_ctx=opts["n_ctx"], threads=opts["threads"],
-        gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
-        cache_type=opts["cache_type"],
-        drafting=DraftSettings(draft_max=opts["draft_max"], draft_min=opts["draft_min"],
-                               p_min=opts["p_min"], fixed_k=opts["fixed_k"] or explicit_k),
-    )
-
-
 _TUNED_FLAGS = ("draft_max", "draft_min", "p_min", "fixed_k", "draft_temp")
 
 
@@ -196,29 +233,24 @@ def explicit(name: str) -> bool:
     return bool(ctx and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE)
 
 
-def apply_tuned(opts: dict, target: str, draft: str) -> str | None:
-    """Use `localspec tune`'s settings for this pair and backend unless a drafting flag was given."""
-    if any(explicit(f) for f in _TUNED_FLAGS) or opts.get("tuned_applied") is not None:
+def tuned_settings(opts: dict, pair: Pair, *, quiet: bool = False) -> dict | None:
+    """`localspec tune`'s drafting settings for this pair and backend, unless a drafting flag
+    was given (flags win); says so on stderr."""
+    if any(explicit(f) for f in _TUNED_FLAGS) or not pair.draft:
         return None
-    from .. import tuning
+    from ..bench import tuning
     from ..engine.backend import backend_name
 
-    entry = tuning.lookup(target, draft, backend_name(opts.get("gpu_layers") if opts.get("gpu_layers") is not None else -1))
+    gl = opts.get("gpu_layers")
+    entry = tuning.lookup(pair.target, pair.draft, backend_name(gl if gl is not None else -1))
     if not entry:
-        opts["tuned_applied"] = ""
         return None
     st = entry["settings"]
-    opts.update(draft_max=st["draft_max"], fixed_k=st["fixed_k"], p_min=st.get("p_min"),
-                draft_temp=st.get("draft_temp"), draft_min=min(opts["draft_min"], st["draft_max"]))
-    note = f"using tuned settings for this pair ({tuning.describe(st)}) from `localspec tune`; flags override"
-    opts["tuned_applied"] = note
-    click.echo(f"localspec: {note}", err=True)
-    return note
-
-
-def sampling_config(opts: dict) -> SamplingConfig:
-    return SamplingConfig(temperature=opts["temp"], top_k=opts["top_k"], top_p=opts["top_p"],
-                          min_p=opts["min_p"], seed=opts["seed"], draft_temperature=opts["draft_temp"])
+    if not quiet:
+        click.echo(f"localspec: using tuned settings for this pair ({tuning.describe(st)}) from "
+                   "`localspec tune`; flags override", err=True)
+    return {"draft_max": st["draft_max"], "adaptive": not st["fixed_k"], "p_min": st.get("p_min"),
+            "draft_temperature": st.get("draft_temp"), "draft_min": min(opts["draft_min"], st["draft_max"])}
 
 
 def prompt_tokens(engine, opts: dict, text: str) -> list[int]:

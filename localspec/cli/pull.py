@@ -6,8 +6,8 @@ import json
 
 import click
 
-from .. import puller
-from ..puller import human
+from ..models import puller
+from ..models.puller import human
 from .main import cli
 from .progress import Bars
 
@@ -46,9 +46,10 @@ def pull(target, draft, no_draft, quant, draft_quant, dry_run, force, as_json) -
       localspec pull bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M --draft llama-3.2-1b
     """
     say = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
-    plan = puller.plan_pull(target, draft, quant=quant, draft_quant=draft_quant, no_draft=no_draft)
-    for note in plan.notes:
+    res = puller.resolve(target, draft, no_draft=no_draft)   # the catalog decides first, offline
+    for note in res.notes:
         say(f"note: {note}")
+    plan = puller.plan_pull(res, quant=quant, draft_quant=draft_quant)
     for line in _describe(plan):
         say(line)
     report = puller.check_headers(plan)
@@ -60,7 +61,7 @@ def pull(target, draft, no_draft, quant, draft_quant, dry_run, force, as_json) -
     puller.check_space(plan)
     say(f"total {human(plan.total_bytes)}, {human(plan.missing_bytes)} to download, "
         f"{human(plan.free_bytes)} free")
-    result = {"target": plan.target.name, "draft": plan.draft.name if plan.draft else None,
+    result = {"target": plan.target.name, "draft": plan.draft.name if plan.draft else None, "notes": plan.notes,
               "files": [{"repo": f.repo, "path": f.path, "size": f.size} for i in plan.items for f in i.files],
               "compatible": report.compatible if report else None, "header_bytes": plan.header_bytes,
               "total_bytes": plan.total_bytes, "missing_bytes": plan.missing_bytes, "dry_run": dry_run}

@@ -10,7 +10,7 @@ import click
 from ..engine import Done, Engine, PolicyNote, TextChunk, Token
 from . import render
 from .main import cli
-from .options import engine_config, generation_options, prompt_tokens, read_prompt, sampling_config
+from .options import generation_options, prepare, prompt_tokens, read_prompt
 
 
 @cli.command()
@@ -23,15 +23,12 @@ def run(**opts) -> None:
       localspec run -m qwen2.5-7b-q4_k_m.gguf -d qwen2.5-0.5b-q8_0.gguf -p "Explain TCP" --chat
     """
     text = read_prompt(opts)
-    config = engine_config(opts)
-    sampling = sampling_config(opts)
+    config, spec = prepare(opts)
     with Engine(config) as engine:
         tokens = prompt_tokens(engine, opts, text)
-        policy = engine.new_policy()
         done = None
         out = sys.stdout
-        for ev in engine.generate(tokens, sampling=sampling, max_tokens=opts["max_tokens"],
-                                  stop=opts["stop"], policy=policy):
+        for ev in engine.run(tokens, spec):
             if isinstance(ev, (Token, TextChunk)):
                 if not opts["as_json"] and ev.text:
                     out.write(ev.text)
@@ -49,8 +46,9 @@ def run(**opts) -> None:
                 "stop_reason": done.stop_reason.value,
                 "message": done.message,
                 "stats": s.to_dict(),
-                "policy": policy.estimates(),
-                "sampling": sampling.to_dict() | {"seed": s.seed},
+                "policy": done.policy,
+                "sampling": spec.sampling.to_dict() | {"seed": s.seed},
+                "spec": spec.to_dict(),
                 "engine": engine.describe(),
             }, indent=2))
             return
@@ -61,7 +59,7 @@ def run(**opts) -> None:
         info = engine.describe()
         click.echo(f"--- {render.speed_line(s)}", err=True)
         click.echo(f"--- {render.draft_line(s)}; backend {info['target']['backend']}", err=True)
-        if policy.adaptive:
+        if done.policy.get("adaptive"):
             click.echo(f"--- {render.policy_line(s)}", err=True)
         memory = render.memory_line(s)
         if memory:

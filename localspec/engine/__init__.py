@@ -1,14 +1,16 @@
-"""The speculative decoding engine: loading, drafters, the loop, sampling, stats.
+"""The speculative decoding engine: loading, drafters, the loop, sampling, policy, stats.
 
-It emits typed events (:mod:`localspec.engine.events`) and knows nothing of terminals;
+Every generation is described by a :class:`RunSpec` and executed by :meth:`Engine.run`, which
+emits typed events (:mod:`localspec.engine.events`). The engine knows nothing of terminals;
 it must never import textual.
 """
 
+from .engine import Engine, EngineConfig
 from .events import Done, Origin, PolicyNote, PromptProcessed, Step, StopReason, Summary, TextChunk, Token
 from .sampling import SamplingConfig
-from .session import DraftSettings, Engine, EngineConfig
+from .spec import DrafterKind, RunSpec, SpecError
 
 __all__ = [
-    "Done", "DraftSettings", "Engine", "EngineConfig", "Origin", "PolicyNote", "PromptProcessed",
-    "SamplingConfig", "Step", "StopReason", "Summary", "TextChunk", "Token",
+    "Done", "DrafterKind", "Engine", "EngineConfig", "Origin", "PolicyNote", "PromptProcessed",
+    "RunSpec", "SamplingConfig", "SpecError", "Step", "StopReason", "Summary", "TextChunk", "Token",
 ]

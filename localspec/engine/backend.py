@@ -13,10 +13,11 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
-import numpy as np
 import llama_cpp.llama_cpp as ll
+import numpy as np
 
 from ..errors import BadInput, LocalspecError
 
@@ -262,6 +263,14 @@ class Model:
 # Context
 
 
+class Rollback(str, Enum):
+    """How a context removes a tail of its sequence (rejected draft tokens)."""
+
+    KV = "kv"                  # cut the KV cache (transformers)
+    RS = "rs"                  # recurrent-state snapshots, for a few tokens of the last decode
+    CHECKPOINT = "checkpoint"  # restore a saved sequence state, then decode again what is kept
+
+
 class Context:
     """One sequence's KV cache on a model, fed through a reusable batch.
 
@@ -307,11 +316,9 @@ class Context:
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
         self._n_vocab = model.n_vocab
         self.decode_seconds = 0.0  # time spent inside llama_decode, for overhead accounting
-        # How a tail of the sequence is removed: "kv" (cut the KV cache), "rs" (recurrent
-        # snapshots, for a few tokens of the last decode call) or "checkpoint" (restore a
-        # saved sequence state, then decode again what must be kept).
         self.rs_depth = int(ll.llama_n_rs_seq(ptr)) if stateful else 0
-        self.rollback = "kv" if not stateful else ("rs" if self.rs_depth > 0 else "checkpoint")
+        self.rollback = (Rollback.KV if not stateful
+                         else Rollback.RS if self.rs_depth > 0 else Rollback.CHECKPOINT)
         self.checkpoints: dict[int, ctypes.Array] = {}
         self.max_checkpoints = 64
         self._last_call = 0          # tokens in the last llama_decode call
@@ -336,12 +343,12 @@ class Context:
         if n >= len(self.tokens):
             return len(self.tokens)
         back = len(self.tokens) - n
-        if self.rollback == "kv":
+        if self.rollback is Rollback.KV:
             if not ll.llama_memory_seq_rm(self.mem, 0, n, -1):  # pragma: no cover - defensive
                 return self._restart()
             del self.tokens[n:]
             return n
-        if (self.rollback == "rs" and not self._rs_used and back <= self.rs_depth
+        if (self.rollback is Rollback.RS and not self._rs_used and back <= self.rs_depth
                 and back <= self._last_call - 1 and ll.llama_memory_seq_rm(self.mem, 0, n, -1)):
             self._rs_used = True
             self.stats.rollbacks += 1
@@ -367,7 +374,7 @@ class Context:
     def mark(self) -> None:
         """Save the sequence state at the current position, so :meth:`truncate` can come
         back to it (only recurrent and hybrid models need this; it is a no-op otherwise)."""
-        if self.rollback == "kv" or self.n_past in self.checkpoints:
+        if self.rollback is Rollback.KV or self.n_past in self.checkpoints:
             return
         t0 = time.perf_counter()
         size = ll.llama_state_seq_get_size_ext(self.ptr, 0, STATE_PARTIAL)

@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -31,6 +33,27 @@ class Draft:
     confidence: list[float] | None = None  # the draft's top probability at each drafted position
 
 
+Gate = Callable[[int, float], bool]   # (position, top probability) -> keep drafting?
+
+
+class Drafter(Protocol):
+    """What the generator asks of every drafter (one interface, as in llama.cpp's
+    common/speculative)."""
+
+    name: str
+    deterministic: bool        # True: drafts carry no distributions (one-hot q)
+    ctx: Context | None        # the drafter's own llama.cpp context, if it has one
+
+    def prefill(self, tokens: list[int]) -> None:
+        """A new prompt: get ready to draft after ``tokens``."""
+
+    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng: np.random.Generator,
+              gate: Gate | None = None) -> Draft:
+        """Up to ``k`` tokens that may follow ``context``."""
+
+    def close(self) -> None: ...
+
+
 def _common_prefix(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -42,6 +65,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 class NoDrafter:
     name = "none"
     deterministic = True
+    ctx = None
 
     def prefill(self, tokens: list[int]) -> None:
         pass
@@ -151,6 +175,7 @@ class NgramDrafter:
 
     name = "ngram"
     deterministic = True
+    ctx = None
 
     def __init__(self, n_max: int = 4, n_min: int = 2):
         self.n_max = n_max

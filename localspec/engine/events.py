@@ -45,7 +45,11 @@ class TextChunk:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One draft-and-verify round (or one plain target step when nothing was drafted)."""
+    """One draft-and-verify round (or one plain target step when nothing was drafted).
+
+    The one record of a round: the stream's consumers, the statistics and the drafting
+    policy all read it.
+    """
 
     index: int
     k: int               # the most drafts the policy allowed this round
@@ -55,6 +59,12 @@ class Step:
     draft_seconds: float
     verify_seconds: float
     drafting: bool       # False while the policy has drafting paused
+    draft_steps: int = 0         # drafter decodes, its catch-up decode included
+    verify_batch: int = 1        # positions in the target's verify decode
+    probe: bool = False          # a short draft tried while drafting was paused
+    sync_tokens: int = 0         # tokens the drafter's first (catch-up) decode took
+    sync_seconds: float = 0.0
+    confidence: tuple[float, ...] = ()   # the draft's top probability at each drafted position
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +128,7 @@ class Done:
     token_ids: tuple[int, ...]
     stop_reason: StopReason
     message: str = ""    # a sentence for the user when the stop needs explaining
+    policy: dict = field(default_factory=dict)   # the policy's estimates and decisions at the end
 
 
 Event = PromptProcessed | Token | TextChunk | Step | PolicyNote | Done

@@ -16,11 +16,12 @@ from collections.abc import Iterator
 import numpy as np
 
 from ..errors import BadInput, ContextOverflow
-from .backend import Context
-from .drafters import Draft, NoDrafter, _common_prefix
+from .backend import Context, Rollback
+from .drafters import Draft, Drafter, NoDrafter, _common_prefix
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
-from .policy import FixedPolicy, RoundResult
-from .sampling import Dist, SamplingConfig, distribution, speculative_accept
+from .policy import Policy
+from .sampling import Dist, distribution, speculative_accept
+from .spec import RunSpec
 from .stats import StatsRecorder
 from .text import TextStream
 
@@ -28,22 +29,21 @@ from .text import TextStream
 class Generator:
     """Generates from a target context with a drafter and a drafting policy."""
 
-    def __init__(self, target: Context, drafter=None):
+    def __init__(self, target: Context, drafter: Drafter | None = None):
         self.target = target
-        self.drafter = drafter or NoDrafter()
+        self.drafter: Drafter = drafter or NoDrafter()
 
-    def generate(self, prompt: list[int], *, sampling: SamplingConfig | None = None,
-                 max_tokens: int = 256, stop: list[str] | tuple[str, ...] = (),
-                 policy=None, cancel: threading.Event | None = None) -> Iterator[Event]:
-        """Yield events for one generation; the last one is :class:`Done`."""
-        sampling = sampling or SamplingConfig()
-        policy = policy or FixedPolicy(0)
+    def generate(self, prompt: list[int], spec: RunSpec, policy: Policy,
+                 cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Yield events for one generation; the last one is :class:`Done`. ``spec`` is
+        validated by the caller (:meth:`Engine.run`)."""
+        sampling = spec.sampling
+        max_tokens = spec.max_tokens
+        stop = spec.stop
         tgt = self.target
         model = tgt.model
         if not prompt:
             raise BadInput("the prompt is empty")
-        if max_tokens <= 0:
-            raise BadInput(f"max tokens must be positive (got {max_tokens})")
         if len(prompt) >= tgt.n_ctx:
             raise ContextOverflow(
                 f"the prompt is {len(prompt)} tokens but the context holds {tgt.n_ctx}; "
@@ -105,7 +105,7 @@ class Generator:
             t0 = time.perf_counter()
             pending = tokens[tgt.n_past:]
             redecoded += len(pending) - 1
-            if n and (tgt.rollback == "checkpoint" or (tgt.rollback == "rs" and n > tgt.rs_depth)):
+            if n and (tgt.rollback is Rollback.CHECKPOINT or (tgt.rollback is Rollback.RS and n > tgt.rs_depth)):
                 tgt.mark()
             logits = tgt.decode(pending + drafts, logits=n + 1)
             if sampling.greedy:
@@ -117,7 +117,7 @@ class Generator:
             else:
                 cache: dict[int, Dist] = {}
 
-                def p_at(i: int) -> Dist:
+                def p_at(i: int, logits=logits, cache=cache) -> Dist:
                     if i not in cache:
                         cache[i] = distribution(logits[i], sampling)
                     return cache[i]
@@ -155,15 +155,13 @@ class Generator:
                     reason = StopReason.MAX_TOKENS
                     break
 
-            drafting = k > 0 or policy.drafting
-            stats.step(k, n, a, emitted, d.seconds, t_verify, drafting)
-            yield Step(step_index, k, n, a, emitted, d.seconds, t_verify, drafting)
+            step = Step(step_index, k, n, a, emitted, d.seconds, t_verify, k > 0 or policy.drafting,
+                        draft_steps=d.steps, verify_batch=n + 1, probe=probe, sync_tokens=d.sync_tokens,
+                        sync_seconds=d.sync_seconds, confidence=tuple(d.confidence or ()))
+            stats.step(step)
+            yield step
             step_index += 1
-            note = policy.observe(RoundResult(k=k, drafted=n, accepted=a, draft_seconds=d.seconds,
-                                              draft_steps=d.steps, verify_seconds=t_verify,
-                                              verify_batch=n + 1, emitted=emitted, probe=probe,
-                                              sync_tokens=d.sync_tokens, sync_seconds=d.sync_seconds,
-                                              confidence=d.confidence))
+            note = policy.observe(step)
             if note:
                 stats.note(note)
                 yield PolicyNote(policy.drafting, policy.k_now, note)
@@ -174,17 +172,16 @@ class Generator:
             yield TextChunk(tail)
         t_end = time.perf_counter()
         decode = tgt.decode_seconds + _draft_decode_seconds(drafter) - decode_before
-        stats.rollback(tgt.rollback, getattr(getattr(drafter, "ctx", None), "rollback", None),
+        stats.rollback(tgt.rollback.value, drafter.ctx.rollback.value if drafter.ctx is not None else None,
                        _rollback_delta(rollback_before, _rollback_snapshot(tgt, drafter)), redecoded)
         summary = stats.finish(t_end - t_gen, decode, reason.value, policy)
-        yield Done(summary, text.text, tuple(generated), reason, message)
+        yield Done(summary, text.text, tuple(generated), reason, message, policy.estimates())
 
 
-def _rollback_snapshot(tgt: Context, drafter) -> dict:
+def _rollback_snapshot(tgt: Context, drafter: Drafter) -> dict:
     out = dict(vars(tgt.stats))
-    ctx = getattr(drafter, "ctx", None)
-    if ctx is not None:
-        for k, v in vars(ctx.stats).items():
+    if drafter.ctx is not None:
+        for k, v in vars(drafter.ctx.stats).items():
             out["draft_" + k] = v
     return out
 
@@ -194,6 +191,5 @@ def _rollback_delta(before: dict, after: dict) -> dict:
             for k in after}
 
 
-def _draft_decode_seconds(drafter) -> float:
-    ctx = getattr(drafter, "ctx", None)
-    return ctx.decode_seconds if ctx is not None else 0.0
+def _draft_decode_seconds(drafter: Drafter) -> float:
+    return drafter.ctx.decode_seconds if drafter.ctx is not None else 0.0

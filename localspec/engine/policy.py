@@ -18,9 +18,11 @@ The adaptive policy works on two levels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Protocol
 
 from ..errors import BadInput
+from .events import Step
 
 _EMA = 0.2
 _RATE_EMA = 0.15         # memory of measured round rates (per K)
@@ -41,22 +43,29 @@ _CATCHUP_WINDOW = 32     # tokens a drafter re-reads after a long pause (ModelDr
 _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
 
 
-@dataclass
-class RoundResult:
-    """What one round did, as the policy needs it."""
+class Policy(Protocol):
+    """What the generator asks of a drafting policy each round."""
 
-    k: int
-    drafted: int
-    accepted: int
-    draft_seconds: float
-    draft_steps: int
-    verify_seconds: float
-    verify_batch: int
-    emitted: int
-    probe: bool = False
-    sync_tokens: int = 0
-    sync_seconds: float = 0.0
-    confidence: list[float] | None = None   # the draft's top probability per drafted token
+    adaptive: bool
+    may_draft: bool          # whether this generation may draft at all (else no drafter prefill)
+    drafting: bool           # False while drafting is paused
+    probe: bool              # the K just returned is a probe of a paused drafter
+    reason: str              # the latest reasoning, in plain words
+    pauses: int
+    probes: int
+
+    @property
+    def k_now(self) -> int: ...
+
+    def next_k(self) -> int: ...
+
+    def gate(self) -> Callable[[int, float], bool] | None: ...
+
+    def observe(self, step: Step) -> str | None: ...
+
+    def describe(self) -> str: ...
+
+    def estimates(self) -> dict: ...
 
 
 def _ema(old: float | None, new: float, alpha: float = _EMA) -> float:
@@ -68,6 +77,8 @@ class FixedPolicy:
 
     adaptive = False
     probe = False
+    pauses = 0
+    probes = 0
 
     def __init__(self, k: int, p_min: float | None = None):
         if k < 0:
@@ -89,7 +100,7 @@ class FixedPolicy:
         p_min = self.p_min
         return (lambda i, top: top >= p_min) if p_min > 0 else None
 
-    def observe(self, r: RoundResult) -> str | None:
+    def observe(self, r: Step) -> str | None:
         return None
 
     def describe(self) -> str:
@@ -309,7 +320,7 @@ class AdaptivePolicy:
         self._since_try += 1
         return self._k
 
-    def observe(self, r: RoundResult) -> str | None:
+    def observe(self, r: Step) -> str | None:
         """Learn from a finished round; return a sentence when drafting turns on or off."""
         self._round += 1
         self._verify.setdefault(r.verify_batch, _Cost()).add(r.verify_seconds)
@@ -373,7 +384,7 @@ class AdaptivePolicy:
             self.reason = self._explain(self._k, rate_best, base, paused=False)
         return self.reason if was != self.drafting else None
 
-    def _learn_draft_costs(self, r: RoundResult) -> None:
+    def _learn_draft_costs(self, r: Step) -> None:
         if r.draft_steps > 1:
             self._draft.add((r.draft_seconds - r.sync_seconds) / (r.draft_steps - 1))
         if r.sync_tokens <= 2:
@@ -383,7 +394,7 @@ class AdaptivePolicy:
             per = max(r.sync_seconds - self._draft.value, 0.0) / (r.sync_tokens - 1)
             self._catchup = _ema(self._catchup, per)
 
-    def _learn_acceptance(self, r: RoundResult) -> None:
+    def _learn_acceptance(self, r: Step) -> None:
         decay = _PROBE_DECAY if r.probe else _DECAY
         for arr in (self._tried, self._made, self._judged, self._accepted):
             for i in range(len(arr)):

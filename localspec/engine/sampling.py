@@ -11,48 +11,28 @@ normalised max(0, p - q). The output then follows the target's distribution exac
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..errors import BadInput
-
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Sampling settings shared by target and draft."""
+    """Sampling settings shared by target and draft (llama.cpp's defaults); validated as part
+    of :class:`~localspec.engine.spec.RunSpec`."""
 
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.0
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
     seed: int | None = None
     draft_temperature: float | None = None  # None: same as temperature
-
-    def __post_init__(self):
-        self.validate()
-
-    def validate(self) -> None:
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise BadInput(f"temperature must be >= 0 (got {self.temperature})")
-        if self.draft_temperature is not None and (
-                not math.isfinite(self.draft_temperature) or self.draft_temperature < 0):
-            raise BadInput(f"draft temperature must be >= 0 (got {self.draft_temperature})")
-        if self.top_k < 0:
-            raise BadInput(f"top-k must be >= 0 (got {self.top_k}; 0 turns it off)")
-        if not (0.0 < self.top_p <= 1.0):
-            raise BadInput(f"top-p must be in (0, 1] (got {self.top_p})")
-        if not (0.0 <= self.min_p < 1.0):
-            raise BadInput(f"min-p must be in [0, 1) (got {self.min_p})")
-        if self.seed is not None and self.seed < 0:
-            raise BadInput(f"seed must be >= 0 (got {self.seed})")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-    def for_draft(self) -> "SamplingConfig":
+    def for_draft(self) -> SamplingConfig:
         """The settings the draft samples with (its own temperature, if one is set)."""
         if self.draft_temperature is None:
             return self
@@ -75,7 +55,7 @@ class Dist:
         self._cdf = None
 
     @classmethod
-    def onehot(cls, token: int) -> "Dist":
+    def onehot(cls, token: int) -> Dist:
         return cls(np.array([token], dtype=np.int64), np.array([1.0]))
 
     def top(self) -> tuple[int, float]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .events import Summary
+from .events import Step, Summary
 
 
 class StatsRecorder:
@@ -10,7 +10,7 @@ class StatsRecorder:
         self.s = Summary(drafter=drafter, policy=policy, seed=seed)
         self._drafted_at: list[int] = []   # rounds that drafted at least i+1 tokens
         self._accepted_at: list[int] = []  # rounds that accepted at least i+1 tokens
-        self._rounds_drafting = 0
+        self.rounds_drafting = 0
 
     def prompt(self, n_tokens: int, n_cached: int, seconds: float) -> None:
         self.s.n_prompt = n_tokens
@@ -24,28 +24,27 @@ class StatsRecorder:
     def first_token(self, seconds_since_start: float) -> None:
         self.s.time_to_first_token = seconds_since_start
 
-    def step(self, k: int, drafted: int, accepted: int, emitted: int, draft_s: float,
-             verify_s: float, drafting: bool) -> None:
+    def step(self, r: Step) -> None:
         s = self.s
         s.steps += 1
-        s.n_generated += emitted
-        s.drafted += drafted
-        s.accepted += accepted
-        s.draft_seconds += draft_s
-        s.verify_seconds += verify_s
-        s.k_max = max(s.k_max, k)
-        if drafting:
-            s.tokens_drafting_on += emitted
+        s.n_generated += r.emitted
+        s.drafted += r.drafted
+        s.accepted += r.accepted
+        s.draft_seconds += r.draft_seconds
+        s.verify_seconds += r.verify_seconds
+        s.k_max = max(s.k_max, r.k)
+        if r.drafting:
+            s.tokens_drafting_on += r.emitted
         else:
-            s.tokens_drafting_off += emitted
-        if drafted:
-            self._rounds_drafting += 1
-            while len(self._drafted_at) < drafted:
+            s.tokens_drafting_off += r.emitted
+        if r.drafted:
+            self.rounds_drafting += 1
+            while len(self._drafted_at) < r.drafted:
                 self._drafted_at.append(0)
                 self._accepted_at.append(0)
-            for i in range(drafted):
+            for i in range(r.drafted):
                 self._drafted_at[i] += 1
-            for i in range(accepted):
+            for i in range(r.accepted):
                 self._accepted_at[i] += 1
 
     def rollback(self, target_mode: str, draft_mode: str | None, delta: dict, redecoded: int) -> None:
@@ -66,7 +65,7 @@ class StatsRecorder:
         s.generation_seconds = generation_seconds
         s.tokens_per_second = s.n_generated / generation_seconds if generation_seconds > 0 else 0.0
         s.acceptance_rate = s.accepted / s.drafted if s.drafted else 0.0
-        s.mean_accepted_length = s.accepted / self._rounds_drafting if self._rounds_drafting else 0.0
+        s.mean_accepted_length = s.accepted / self.rounds_drafting if self.rounds_drafting else 0.0
         s.tokens_per_step = s.n_generated / s.steps if s.steps else 0.0
         s.acceptance_by_position = [round(a / d, 4) if d else 0.0
                                     for a, d in zip(self._accepted_at, self._drafted_at)]
@@ -74,6 +73,6 @@ class StatsRecorder:
         s.overhead_fraction = max(0.0, 1.0 - decode_seconds / generation_seconds) if generation_seconds > 0 else 0.0
         s.stop_reason = stop_reason
         s.policy = f"{policy.describe()}; {policy.reason}" if policy.reason else policy.describe()
-        s.pauses = getattr(policy, "pauses", 0)
-        s.probes = getattr(policy, "probes", 0)
+        s.pauses = policy.pauses
+        s.probes = policy.probes
         return s

@@ -11,10 +11,10 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
+from ...chat.live import LiveStats
 from ...engine.events import StopReason
 from ...errors import LocalspecError
 from ..compositor import install as install_compositor
-from ..live import LiveStats
 from ..messages import GenerationFailed, GenerationFinished, GenerationProgress
 from ..widgets.chat_log import ChatLog, MessageView, OriginLegend
 from ..widgets.gauge_column import GaugeColumn
@@ -64,11 +64,11 @@ class ChatScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.watch(self.app, "engine_state", self._engine_changed)
-        self.watch(self.app, "status_text", self._engine_changed)
+        self.watch(self.app, "engine_state", self.engine_changed)
+        self.watch(self.app, "status_text", self.engine_changed)
         self._timer = self.set_interval(self.app.gauge_interval, self.tick)
         self.refresh_system()
-        self.query_one(GaugeColumn).show_stats(LiveStats(drafter=self.app.session.settings.drafter, phase="idle"))
+        self.query_one(GaugeColumn).show_stats(LiveStats(drafter=self.app.session.settings.drafter.value, phase="idle"))
         self.query_one("#prompt", Input).focus()
 
     # -- state shown ------------------------------------------------------------------
@@ -97,7 +97,8 @@ class ChatScreen(Screen):
         if system is not None:
             self.query_one(GaugeColumn).show_system(system)
 
-    def _engine_changed(self, _=None) -> None:
+    def engine_changed(self, _=None) -> None:
+        """The engine, its state or its drafter changed: show the model panel again."""
         app = self.app
         summary = app.session.summary if app.engine_state == "ready" else None
         self.query_one(GaugeColumn).show_models(summary, app.status_text)
@@ -151,12 +152,9 @@ class ChatScreen(Screen):
         prompt.value = ""
         self.answer = log.add_turn(text, self.colour)
         log.call_after_refresh(log.scroll_end, animate=False)
-        speculative = settings.drafter != "none"
-        policy = settings.policy() if speculative else None
         self.job = GenerationJob(
-            self, JOB, lambda cancel: session.stream(tokens, settings, cancel, policy=policy),
-            drafter=settings.drafter, interval=app.stream_interval(), clock=app.clock,
-            estimates=policy.estimates if policy is not None else None)
+            self, JOB, lambda cancel: session.stream(tokens, settings, cancel),
+            drafter=settings.drafter.value, interval=app.stream_interval(), clock=app.clock)
         app.start_job(self.job)
         prompt.cursor_blink = False    # one thing less to redraw while tokens stream
         if self.job.interval is not None:
@@ -250,7 +248,7 @@ class ChatScreen(Screen):
             return
         self.app.session.new_chat()
         self.query_one(ChatLog).clear_log()
-        self.stats = LiveStats(drafter=self.app.session.settings.drafter, phase="idle")
+        self.stats = LiveStats(drafter=self.app.session.settings.drafter.value, phase="idle")
         self.query_one(GaugeColumn).show_stats(self.stats)
         self.show_status()
         self.notify("new chat", timeout=2)
@@ -272,6 +270,6 @@ class ChatScreen(Screen):
     def reset_conversation(self) -> None:
         """New models: forget the conversation shown."""
         self.query_one(ChatLog).clear_log()
-        self.stats = LiveStats(drafter=self.app.session.settings.drafter, phase="idle")
+        self.stats = LiveStats(drafter=self.app.session.settings.drafter.value, phase="idle")
         self.query_one(GaugeColumn).show_stats(self.stats)
 

@@ -16,8 +16,8 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Footer, Header, Input, Static
 
+from ...chat.comparison import ComparisonResult, runs
 from ...errors import LocalspecError
-from ..comparison import ComparisonResult
 from ..compositor import install as install_compositor
 from ..messages import GenerationFailed, GenerationFinished, GenerationProgress
 from ..widgets.stream_pane import StreamPane
@@ -77,7 +77,7 @@ class CompareScreen(Screen):
             self.notify("the engine is busy (a chat answer is being generated)", severity="warning")
             return
         settings = app.session.settings
-        if settings.drafter == "none":
+        if not settings.speculative:
             self.notify("a comparison needs a drafter: choose a draft model or n-gram in the settings (F2)",
                         severity="error")
             return
@@ -110,16 +110,15 @@ class CompareScreen(Screen):
     def _start(self, name: str) -> None:
         app, run = self.app, self._run
         session, settings, tokens = app.session, run["settings"], run["tokens"]
-        speculative = name == SPEC
-        policy = settings.policy() if speculative else None
+        spec = runs(settings)[name == SPEC]
 
         def events(cancel):
             session.engine.reset()     # both runs start from an empty cache: a fair race
-            yield from session.stream(tokens, settings, cancel, speculative=speculative, policy=policy)
+            yield from session.stream(tokens, spec, cancel)
 
-        drafter = settings.drafter if speculative else "none"
+        drafter = spec.drafter.value
         self.job = GenerationJob(self, name, events, drafter=drafter, interval=app.stream_interval(),
-                                 clock=app.clock, estimates=policy.estimates if policy is not None else None)
+                                 clock=app.clock)
         app.start_job(self.job)
         self.query_one("#compare-run", Button).disabled = True
 
@@ -153,10 +152,11 @@ class CompareScreen(Screen):
             return
         run = self._run
         engine = self.app.session.engine
+        settings = run["settings"]
         self.result = ComparisonResult(
-            prompt=run["prompt"], max_tokens=run["n"], greedy=run["settings"].temperature == 0.0,
+            prompt=run["prompt"], max_tokens=settings.max_tokens, greedy=settings.sampling.greedy,
             base=self._base_done, spec=msg.done, models=engine.describe() if engine else {},
-            sampling=run["settings"].sampling().to_dict(), policy=msg.estimates)
+            sampling=settings.sampling.to_dict())
         self.query_one("#compare-summary", Static).update(self.summary_text(self.result))
 
     def on_generation_failed(self, msg: GenerationFailed) -> None:

@@ -12,13 +12,13 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, Select, Static
 
+from ...chat.session import ModelChoice
 from ...errors import LocalspecError
 from ..format import human_bytes
 from ..messages import PullFailed, PullFinished, PullProgress, PullStatus
-from ..screens.dialogs import ErrorDialog
-from ..session import ModelChoice
 from ..widgets.pull_panel import PullPanel
 from ..worker import PullJob
+from .dialogs import ErrorDialog
 
 if TYPE_CHECKING:
     from ..app import LocalspecApp
@@ -39,7 +39,7 @@ class PairRow:
 
 def _demo_row() -> PairRow | None:
     try:
-        from ...demo import demo_target, shipped_draft
+        from ...models.demo import demo_target, shipped_draft
 
         draft = shipped_draft()
     except LocalspecError:
@@ -50,7 +50,7 @@ def _demo_row() -> PairRow | None:
 
 
 def local_pairs() -> list[PairRow]:
-    from ...store import Store
+    from ...models.store import Store
 
     rows = []
     demo = _demo_row()
@@ -114,7 +114,7 @@ class ModelsScreen(Screen):
     @staticmethod
     def _catalog_options() -> list[tuple[str, str]]:
         try:
-            from ...catalog import load_catalog
+            from ...models.catalog import load_catalog
 
             cat = load_catalog()
         except LocalspecError:
@@ -133,7 +133,7 @@ class ModelsScreen(Screen):
 
     # -- local store ------------------------------------------------------------------
     def refresh_tables(self, select: str | None = None) -> None:
-        from ...store import Store
+        from ...models.store import Store
 
         try:
             models = sorted(Store().models(), key=lambda m: m.name)
@@ -179,7 +179,7 @@ class ModelsScreen(Screen):
         if not (row.target_path and row.draft_path):
             report.update(f"{row.key}: a model of this pair is no longer in the store")
             return
-        from ...compat import check_files
+        from ...models.compat import check_files
 
         try:
             rep = check_files(row.target_path, row.draft_path)
@@ -211,7 +211,7 @@ class ModelsScreen(Screen):
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id != "pull-target" or event.value is Select.BLANK:
             return
-        from ...catalog import load_catalog
+        from ...models.catalog import load_catalog
 
         try:
             cat = load_catalog()
@@ -269,7 +269,7 @@ class ModelsScreen(Screen):
         text = f"ready: {msg.target}" + (f" + {msg.draft}" if msg.draft else "")
         self.query_one(PullPanel).set_status(text + " · select the pair and press Chat with pair")
         self.notify(text, title="pull finished")
-        from ...store import pair_key
+        from ...models.store import pair_key
 
         self.refresh_tables(select=pair_key(msg.target, msg.draft) if msg.draft else None)
 

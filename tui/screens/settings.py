@@ -11,15 +11,8 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
-from ..chat_settings import (
-    DRAFTER_LABELS,
-    DRAFTERS,
-    FIELDS,
-    ChatSettings,
-    SettingError,
-    form_values,
-    parse_settings,
-)
+from ...chat.settings import FIELDS, SettingError, form_values, parse_settings
+from ...engine import DrafterKind, RunSpec
 
 _HINTS = {
     "p_min": "blank: automatic",
@@ -30,13 +23,13 @@ _HINTS = {
 }
 
 
-class SettingsScreen(ModalScreen[ChatSettings | None]):
+class SettingsScreen(ModalScreen[RunSpec | None]):
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", priority=True),
         Binding("ctrl+s", "apply", "Apply", priority=True),
     ]
 
-    def __init__(self, settings: ChatSettings, *, has_draft: bool = True):
+    def __init__(self, settings: RunSpec, *, has_draft: bool = True):
         super().__init__(classes="dialog-screen")
         self.settings = settings
         self.has_draft = has_draft
@@ -47,7 +40,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             yield Static("Settings · applied from the next message", id="settings-title")
             with Grid(id="settings-top"):
                 yield Label("drafter")
-                yield Select([(DRAFTER_LABELS[d], d) for d in DRAFTERS], value=self.settings.drafter,
+                yield Select([(d.label, d.value) for d in DrafterKind], value=self.settings.drafter.value,
                              allow_blank=False, id="set-drafter", compact=True)
                 yield Label("draft length")
                 yield Select([("adaptive: the measured best K, pauses when drafting loses", True),
@@ -63,13 +56,13 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 yield Button("Apply", id="settings-apply", variant="primary")
                 yield Button("Cancel", id="settings-cancel")
 
-    def read(self) -> ChatSettings:
+    def read(self) -> RunSpec:
         """The form's settings, or SettingError naming the offending field."""
         values = {name: self.query_one(f"#set-{name}", Input).value for name in FIELDS}
         drafter = self.query_one("#set-drafter", Select).value
         adaptive = self.query_one("#set-adaptive", Select).value
         settings = parse_settings(values, drafter=str(drafter), adaptive=bool(adaptive))
-        if settings.drafter == "model" and not self.has_draft:
+        if settings.drafter is DrafterKind.MODEL and not self.has_draft:
             raise SettingError("drafter", "drafter 'draft model': these models have no draft; pick a pair "
                                           "in the models screen (F3)")
         return settings

@@ -10,8 +10,8 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
+from ...chat.live import Segment
 from ..format import printable
-from ..live import Segment
 
 ORIGINS = ("draft", "target", "bonus")
 

@@ -19,9 +19,9 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from ..live import LiveStats
-from ..session import ModelSummary
-from ..system_stats import SystemStats
+from ...chat.live import LiveStats
+from ...chat.session import ModelSummary
+from ...chat.system_stats import SystemStats
 from .gauges import Card, DraftingCard, Line, SpeedCard, SystemCard, plain
 from .model_panel import ModelsCard
 

@@ -2,7 +2,7 @@
 
 Each gauge is a :class:`Card`: a title and lines of styled text (component names, colours in
 gauges.tcss) built from an immutable
-snapshot (:class:`~localspec.tui.live.LiveStats`, :class:`~localspec.tui.system_stats.SystemStats`).
+snapshot (:class:`~localspec.chat.live.LiveStats`, :class:`~localspec.chat.system_stats.SystemStats`).
 Cards are not widgets: :class:`~localspec.tui.widgets.gauge_column.GaugeColumn` draws them
 all, framed, as the lines of one widget, so a frame that updates the gauges redraws only the
 lines whose text changed (see its docstring for why).
@@ -14,9 +14,9 @@ import textwrap
 
 from textual.renderables.digits import DIGITS, DIGITS3X3_BOLD
 
+from ...chat.live import LiveStats
+from ...chat.system_stats import SystemStats
 from ..format import bar, human_bytes, num, pct
-from ..live import LiveStats
-from ..system_stats import SystemStats
 
 _PHASES = {"idle": "idle", "prompt": "reading the prompt", "generating": "generating",
            "finished": "done", "stopped": "stopped", "failed": "failed"}

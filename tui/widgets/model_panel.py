@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+from ...chat.session import ModelCard, ModelSummary
 from ..format import human_bytes, human_count
-from ..session import ModelCard, ModelSummary
 from .gauges import Card, Lines
 
 _DRAFTERS = {"model": "draft model", "ngram": "n-gram (prompt lookup)", "none": "none"}
@@ -41,7 +41,7 @@ class ModelsCard(Card):
             out.add("\n".join(textwrap.wrap(self.status or "no model loaded", max(out.width, 10))), "muted")
             return
         self._model(out, sm.target)
-        if sm.draft is not None:
+        if sm.draft is not None and sm.drafter == "model":
             self._model(out, sm.draft)
         else:
             out.add("draft".ljust(INDENT), "label")

@@ -6,7 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Digits, Static
 
-from ..live import LiveStats, Segment
+from ...chat.live import LiveStats, Segment
 from .chat_log import MessageView, follow
 
 _STATE = {"waiting": "waiting", "prompt": "reading the prompt", "generating": "generating",

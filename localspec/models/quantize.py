@@ -6,7 +6,7 @@ import ctypes
 import os
 from pathlib import Path
 
-from .errors import BadInput, LocalspecError
+from ..errors import BadInput, LocalspecError
 from .gguf_meta import read_metadata
 
 # llama_ftype values (llama.h)
@@ -21,7 +21,7 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, qtype: str, threads
     """Write ``dst``, a ``qtype`` copy of ``src``; a partial file never survives a failure."""
     import llama_cpp.llama_cpp as ll
 
-    from .engine.backend import default_threads, init_backend, last_log_error
+    from ..engine.backend import default_threads, init_backend, last_log_error
 
     key = qtype.upper()
     if key not in FTYPES:

@@ -10,8 +10,8 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import LocalspecError
-from .paths import models_dir
+from ..errors import LocalspecError
+from ..paths import models_dir
 from .quantize import quantize
 
 DEMO_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

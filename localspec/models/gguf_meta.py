@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from .errors import GGUFError
+from ..errors import GGUFError
 
 GGUF_MAGIC = b"GGUF"
 

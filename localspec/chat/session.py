@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..engine import Engine, EngineConfig
+from ..engine import DrafterKind, Engine, EngineConfig, RunSpec
 from ..errors import BadInput, LocalspecError
-from .chat_settings import ChatSettings
+from .settings import CHAT_DEFAULTS, validate
 
 Progress = Callable[[str], None]
 
@@ -78,11 +78,11 @@ def quant_of(path: str, description: str = "") -> str:
     """The quantization of a GGUF file from its metadata (F16, Q4_K_M, ...)."""
     global _FTYPE_NAMES
     if _FTYPE_NAMES is None:
-        from ..quantize import FTYPES
+        from ..models.quantize import FTYPES
 
         _FTYPE_NAMES = {v: k for k, v in FTYPES.items()}
     try:
-        from ..gguf_meta import read_metadata
+        from ..models.gguf_meta import read_metadata
 
         ftype = read_metadata(path).file_type
     except (LocalspecError, OSError):
@@ -98,7 +98,7 @@ def quant_of(path: str, description: str = "") -> str:
 
 def _store_names() -> dict[str, str]:
     try:
-        from ..store import Store
+        from ..models.store import Store
 
         return {str(Path(m.path)): m.name for m in Store().models()}
     except (LocalspecError, OSError):
@@ -116,18 +116,17 @@ def card(role: str, model, name: str | None = None) -> ModelCard:
 class ChatSession:
     """Models, settings and conversation of one chat; the engine it loads lives here."""
 
-    def __init__(self, choice: ModelChoice, settings: ChatSettings | None = None, *,
+    def __init__(self, choice: ModelChoice, settings: RunSpec | None = None, *,
                  system: str | None = None, engine_factory: Callable[[EngineConfig], Engine] = Engine,
                  demo_pair: Callable | None = None):
         self.choice = choice
-        self.settings = settings or ChatSettings()
+        self.settings = settings or CHAT_DEFAULTS
         self.system = system
         self.messages: list[dict] = []
         self.engine: Engine | None = None
         self.summary: ModelSummary | None = None
         self._factory = engine_factory
         self._demo_pair = demo_pair
-        self._engine_drafter: str | None = None
         self.resolved: ModelChoice | None = None   # the choice with paths, once loaded
         self._lock = threading.Lock()
 
@@ -138,7 +137,7 @@ class ChatSession:
             return self.choice
         pair = self._demo_pair
         if pair is None:
-            from ..demo import demo_pair as pair
+            from ..models.demo import demo_pair as pair
         target, draft = pair(progress=progress)
         return replace(self.choice, target=str(target), draft=str(draft),
                        target_name="SmolLM2-135M F16 (demo)",
@@ -151,25 +150,24 @@ class ChatSession:
             if not choice.target:
                 raise BadInput("no target model: pick a pair in the models screen")
             drafter = self.settings.drafter
-            if drafter == "model" and not choice.draft:
+            if drafter is DrafterKind.MODEL and not choice.draft:
                 raise BadInput("this choice has no draft model: pick a pair in the models screen, "
                                "or choose n-gram or no drafting in the settings")
             config = EngineConfig(
-                target=choice.target, draft=choice.draft if drafter == "model" else None,
-                drafter=drafter, n_ctx=choice.n_ctx, threads=choice.threads, gpu_layers=choice.gpu_layers,
+                target=choice.target, draft=choice.draft if drafter is DrafterKind.MODEL else None,
+                n_ctx=choice.n_ctx, threads=choice.threads, gpu_layers=choice.gpu_layers,
                 gpu_layers_draft=choice.gpu_layers_draft, cache_type=choice.cache_type,
-                drafting=self.settings.drafting())
+                rollback_depth=max(self.settings.draft_max + 1, 9))
             if progress:
                 progress(f"loading {choice.label()}...")
             self._close_engine()
             engine = self._factory(config)
             self.engine = engine
-            self._engine_drafter = drafter
             self.resolved = choice
             self.summary = self._summarise(engine, choice, drafter)
             return self.summary
 
-    def _summarise(self, engine, choice: ModelChoice, drafter: str) -> ModelSummary:
+    def _summarise(self, engine, choice: ModelChoice, drafter: DrafterKind) -> ModelSummary:
         names = _store_names()
         t_name = choice.target_name or names.get(str(Path(choice.target)))
         target = card("target", engine.target_model, t_name)
@@ -180,23 +178,29 @@ class ChatSession:
         report = getattr(engine, "compat", None)
         if report is not None:
             compat, ok = report.summary(), report.compatible
-        elif drafter == "ngram":
+        elif drafter is DrafterKind.NGRAM:
             compat, ok = "n-gram drafting: no draft model, nothing to check", None
         else:
             compat, ok = "target only: no draft model, nothing to check", None
         desc = engine.describe()
-        return ModelSummary(target=target, draft=draft, drafter=drafter, compat=compat, compatible=ok,
+        return ModelSummary(target=target, draft=draft, drafter=drafter.value, compat=compat, compatible=ok,
                             n_ctx=int(desc.get("n_ctx", choice.n_ctx)), threads=int(desc.get("threads", 0)))
 
-    def needs_reload(self, settings: ChatSettings) -> bool:
-        """Whether new settings need the engine rebuilt (a different drafter)."""
-        return self.engine is None or settings.drafter != self._engine_drafter
+    def needs_reload(self, settings: RunSpec) -> bool:
+        """Whether new settings need the engine rebuilt (a draft model not loaded yet)."""
+        return self.engine is None or settings.drafter not in self.engine.drafters
 
-    def check_settings(self, settings: ChatSettings) -> None:
+    def check_settings(self, settings: RunSpec) -> None:
         """Refuse settings the current models cannot honour."""
-        settings.validate()
-        if settings.drafter == "model" and not (self.choice.draft or self.choice.demo):
+        validate(settings)
+        if settings.drafter is DrafterKind.MODEL and not (self.choice.draft or self.choice.demo):
             raise BadInput("drafter 'model' needs a draft model: pick a pair in the models screen")
+
+    def use(self, settings: RunSpec) -> None:
+        """Generate with these settings from the next message on."""
+        self.settings = settings
+        if self.summary is not None and not self.needs_reload(settings):
+            self.summary = replace(self.summary, drafter=settings.drafter.value)
 
     def set_choice(self, choice: ModelChoice) -> None:
         self.choice = choice
@@ -247,17 +251,15 @@ class ChatSession:
         return None
 
     # -- generation -------------------------------------------------------------------
-    def stream(self, tokens: list[int], settings: ChatSettings, cancel: threading.Event,
-               *, speculative: bool | None = None, policy=None) -> Iterator:
-        """Engine events for one generation with these settings."""
+    def stream(self, tokens: list[int], settings: RunSpec, cancel: threading.Event,
+               *, speculative: bool = True) -> Iterator:
+        """Engine events for one generation with these settings (``speculative=False``: the
+        target alone, the rest of the settings unchanged)."""
         engine = self.engine
         if engine is None:
             raise BadInput("no model is loaded yet")
-        spec = settings.drafter != "none" if speculative is None else speculative
-        if spec and policy is None:
-            policy = settings.policy()
-        return engine.generate(tokens, sampling=settings.sampling(), max_tokens=settings.max_tokens,
-                               speculative=spec, policy=policy, cancel=cancel)
+        spec = settings if speculative else settings.with_(drafter=DrafterKind.NONE)
+        return engine.run(tokens, spec, cancel)
 
     def _close_engine(self) -> None:
         if self.engine is not None:

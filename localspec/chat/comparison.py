@@ -1,14 +1,21 @@
-"""Target alone vs speculative on the same prompt: the result, as JSON and Markdown. No textual.
+"""Target alone vs speculative on the same prompt: the two runs, the result, JSON and Markdown.
+
+The one comparison implementation: ``localspec compare`` calls :func:`compare`; the app's
+compare screen streams the two runs of :func:`runs` itself and builds the same
+:class:`ComparisonResult`. No textual here.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine.events import Done
+from ..engine import DrafterKind, Engine, RunSpec
+from ..engine.events import Done, Event
 
 
 @dataclass
@@ -20,7 +27,11 @@ class ComparisonResult:
     spec: Done                       # speculative
     models: dict = field(default_factory=dict)
     sampling: dict = field(default_factory=dict)
-    policy: dict = field(default_factory=dict)
+
+    @property
+    def policy(self) -> dict:
+        """The speculative run's policy: its estimates and decisions."""
+        return self.spec.policy
 
     @property
     def speedup(self) -> float:
@@ -63,7 +74,7 @@ class ComparisonResult:
     def to_markdown(self) -> str:
         b, s = self.base.summary, self.spec.summary
         t = self.models.get("target", {}).get("model", "?")
-        d = self.models.get("draft", {}).get("model") or self.models.get("drafter", "?")
+        d = self.models.get("draft", {}).get("model") or self.spec.summary.drafter or "?"
         lines = [
             "# localspec comparison", "",
             f"- target: {t}", f"- drafter: {d}",
@@ -89,3 +100,25 @@ class ComparisonResult:
         j.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
         m.write_text(self.to_markdown(), encoding="utf-8")
         return j, m
+
+
+def runs(spec: RunSpec) -> tuple[RunSpec, RunSpec]:
+    """(the target alone, speculative): the same settings, only the drafter differs."""
+    return spec.with_(drafter=DrafterKind.NONE), spec
+
+
+def compare(engine: Engine, tokens: list[int], spec: RunSpec, *, prompt: str = "",
+            on_event: Callable[[str, Event], None] | None = None,
+            cancel: threading.Event | None = None) -> ComparisonResult:
+    """Run the target alone, then speculative, each from an empty cache (a fair race)."""
+    done: dict[str, Done] = {}
+    for name, run in zip(("target_only", "speculative"), runs(spec)):
+        engine.reset()
+        for ev in engine.run(tokens, run, cancel):
+            if on_event is not None:
+                on_event(name, ev)
+            if isinstance(ev, Done):
+                done[name] = ev
+    return ComparisonResult(prompt=prompt, max_tokens=spec.max_tokens, greedy=spec.sampling.greedy,
+                            base=done["target_only"], spec=done["speculative"], models=engine.describe(),
+                            sampling=spec.sampling.to_dict())

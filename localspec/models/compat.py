@@ -74,7 +74,7 @@ class VocabInfo:
     tokens: list[str] = field(repr=False, default_factory=list)
 
     @classmethod
-    def from_metadata(cls, meta: GGUFMetadata) -> "VocabInfo":
+    def from_metadata(cls, meta: GGUFMetadata) -> VocabInfo:
         vtype = str(meta.get("tokenizer.ggml.model", "none"))
         pre = meta.get("tokenizer.ggml.pre")
         bos, eos, add_bos, add_eos = _TYPE_DEFAULTS.get(vtype, (1, 2, False, False))

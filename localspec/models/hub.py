@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .errors import BadInput, LocalspecError
+from ..errors import BadInput, LocalspecError
 from .gguf_meta import GGUFMetadata, read_metadata_stream
 
 Progress = Callable[[str, int, int], None]   # (label, done bytes, total bytes)

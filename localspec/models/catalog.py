@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .errors import BadInput
+from ..errors import BadInput
 
 QUANT_RE = re.compile(r"^(F32|F16|BF16|Q[2-8](_[0-9A-Z]+)*|IQ[1-4]_[A-Z0-9_]+|TQ[12]_0|MXFP4)$")
 ALIAS_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]*$")
@@ -116,6 +116,24 @@ class Catalog:
                            f"nearest first: {listing}" + (f"; try: {cmd}" if cmd else ""))
         self.get(spec)  # raises "unknown model ... did you mean"
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def choose_draft(self, target: CatalogModel, spec: str | None) -> tuple[CatalogModel, str | None]:
+        """Like :meth:`resolve_draft`, but a size the family lacks takes the nearest one the
+        family has; the note says which and why, and lists the others."""
+        key = (spec or "").strip().lower()
+        if not SIZE_RE.match(key):
+            return self.resolve_draft(target, spec), None
+        want = size_in_billions(key)
+        options = self.drafts_by_distance(target, want)
+        exact = [m for m in options if math.isclose(m.billions, want, rel_tol=1e-6)]
+        if exact or not options:
+            return self.resolve_draft(target, spec), None
+        pick, others = options[0], options[1:]
+        family = self.families[target.family].name
+        note = (f"{family} has no {key} model: taking the nearest compatible size, {pick.size} ({pick.alias})"
+                + (f"; the others, nearest first: {', '.join(f'{m.size} ({m.alias})' for m in others)}"
+                   if others else ""))
+        return pick, note
 
     # -- validation -------------------------------------------------------------------
     def problems(self) -> list[str]:

@@ -1,7 +1,8 @@
 """`localspec pull`: from a catalog alias or a Hub reference to a verified, registered pair.
 
-1. Resolve the target and the draft (catalog aliases, ``--draft SIZE`` within the target's
-   tokenizer family, or ``owner/repo[:quant]`` / ``owner/repo/file.gguf``).
+1. Resolve the target and the draft from the catalog alone, before any network access
+   (aliases, ``--draft SIZE`` within the target's tokenizer family, taking the nearest size
+   the family has, or ``owner/repo[:quant]`` / ``owner/repo/file.gguf``).
 2. List both repos, pick the quant's files (all parts of a split model) and refuse odd names.
 3. Read only the GGUF headers of both remote files (HTTP ranges) and run the tokenizer check.
 4. Check free disk space for what is still missing.
@@ -17,10 +18,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import BadInput, IncompatiblePair, LocalspecError
 from . import hub
 from .catalog import DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_QUANT, Catalog, CatalogModel, load_catalog
 from .compat import CompatReport, check_metadata
-from .errors import BadInput, IncompatiblePair, LocalspecError
 from .store import ModelEntry, PairEntry, Store
 
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
@@ -145,45 +146,61 @@ def _item(role: str, ref_or_model, quant: str | None, default_quant: str) -> Pul
         by_path = {f.path: f for f in listing}
         if file not in by_path:
             raise hub.HubError(f"{repo}: no file {file}")
-        parts = [f for f in listing if _SPLIT.sub("", f.path) == _SPLIT.sub("", file)] if _SPLIT.search(file) else [by_path[file]]
+        if _SPLIT.search(file):
+            parts = [f for f in listing if _SPLIT.sub("", f.path) == _SPLIT.sub("", file)]
+        else:
+            parts = [by_path[file]]
         return PullItem(role, f"{repo}/{file}", repo, None, sorted(parts, key=lambda f: f.path))
     q = (quant or ref_quant or default_quant).upper()
     return PullItem(role, f"{repo}:{q.lower()}", repo, q, _quant_files(repo, listing, q))
 
 
-def plan_pull(target: str, draft: str | None = None, *, quant: str | None = None,
-              draft_quant: str | None = None, no_draft: bool = False,
-              catalog: Catalog | None = None) -> PullPlan:
-    """Resolve both models and list their files (no headers read yet)."""
+@dataclass
+class Resolution:
+    """What the catalog decides before any network access: catalog models or Hub references
+    for the target and the draft, and notes on the choices it made."""
+
+    target: CatalogModel | str
+    draft: CatalogModel | str | None
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve(target: str, draft: str | None = None, *, no_draft: bool = False,
+            catalog: Catalog | None = None) -> Resolution:
+    """Resolve both models from the catalog alone (no network)."""
     catalog = catalog or load_catalog()
-    notes = []
-    t_model = None
-    if "/" not in target:
-        t_model = catalog.get(target)
-    t_item = _item("target", t_model or target, quant, DEFAULT_TARGET_QUANT)
-    d_item = None
+    notes: list[str] = []
+    t_model = catalog.get(target) if "/" not in target else None
+    d: CatalogModel | str | None = None
     if not no_draft:
-        if t_model is not None:
-            if draft is None or "/" not in draft:
-                d_model = catalog.resolve_draft(t_model, draft)
-                d_item = _item("draft", d_model, draft_quant, DEFAULT_DRAFT_QUANT)
-            else:
-                d_item = _item("draft", draft, draft_quant, DEFAULT_DRAFT_QUANT)
+        if draft is not None and "/" in draft:
+            d = draft
+        elif t_model is not None:
+            d, note = catalog.choose_draft(t_model, draft)
+            if note:
+                notes.append(note)
         elif draft is not None:
-            if "/" in draft:
-                d_item = _item("draft", draft, draft_quant, DEFAULT_DRAFT_QUANT)
-            else:
-                d_model = catalog.models.get(draft.lower())
-                if d_model is None:
-                    raise BadInput(f"--draft {draft}: a size needs a catalog target; give a catalog alias "
-                                   "or owner/repo[:quant] for the draft")
-                d_item = _item("draft", d_model, draft_quant, DEFAULT_DRAFT_QUANT)
+            d = catalog.models.get(draft.lower())
+            if d is None:
+                raise BadInput(f"--draft {draft}: a size needs a catalog target; give a catalog alias "
+                               "or owner/repo[:quant] for the draft")
         else:
             notes.append("no draft given and the target is not in the catalog: pulling the target only")
+    return Resolution(t_model or target, d, notes)
+
+
+def plan_pull(target: str | Resolution, draft: str | None = None, *, quant: str | None = None,
+              draft_quant: str | None = None, no_draft: bool = False,
+              catalog: Catalog | None = None) -> PullPlan:
+    """List both models' files on the Hub (no headers read yet); ``target`` may be an
+    earlier :func:`resolve`'s result."""
+    res = target if isinstance(target, Resolution) else resolve(target, draft, no_draft=no_draft, catalog=catalog)
+    t_item = _item("target", res.target, quant, DEFAULT_TARGET_QUANT)
+    d_item = _item("draft", res.draft, draft_quant, DEFAULT_DRAFT_QUANT) if res.draft is not None else None
     for item in [t_item] + ([d_item] if d_item else []):
         for f in item.files:
             hub.safe_repo_path(f.path)
-    return PullPlan(t_item, d_item, notes=notes)
+    return PullPlan(t_item, d_item, notes=list(res.notes))
 
 
 def check_headers(plan: PullPlan) -> CompatReport | None:

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from .paths import home
+from ..paths import home
 
 FILE = "tuned.json"
 

@@ -18,9 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .engine import Done, SamplingConfig
-from .engine.policy import AdaptivePolicy, FixedPolicy
-from .errors import BadInput
+from ..engine import Done, DrafterKind, RunSpec, SamplingConfig
+from ..errors import BadInput
 
 PROMPTS: list[dict] = [
     {"id": "code-1", "category": "code",
@@ -81,6 +80,13 @@ class Setting:
             parts.append(f"p-min {self.p_min:g}")
         return ", ".join(parts)
 
+    def spec(self, base: RunSpec, draft_max: int) -> RunSpec:
+        """This cell's RunSpec: ``base`` (sampling, length) with this cell's drafting;
+        ``draft_max`` bounds the adaptive policy."""
+        return base.with_(drafter=DrafterKind(self.drafter), adaptive=self.k is None,
+                          draft_max=draft_max if self.k is None else self.k, p_min=self.p_min,
+                          draft_temperature=self.draft_temp)
+
     @property
     def series(self) -> str:
         """The chart line this cell belongs to (everything but K)."""
@@ -135,7 +141,7 @@ class CellResult:
     setting: Setting
     runs: list[Run] = field(default_factory=list)
 
-    def stats(self, baseline: "CellResult | None", category: str | None = None) -> dict:
+    def stats(self, baseline: CellResult | None, category: str | None = None) -> dict:
         runs = [r for r in self.runs if category is None or r.category == category]
         if not runs:
             return {}
@@ -192,20 +198,23 @@ class SweepResult:
         }
 
 
-def _one(engine, tokens, n, sampling, policy, speculative: bool, drafter: str | None = None) -> Done:
+def _one(engine, tokens, spec: RunSpec) -> Done:
     engine.reset()
     done = None
-    for ev in engine.generate(tokens, sampling=sampling, max_tokens=n, policy=policy, speculative=speculative,
-                              drafter=drafter):
+    for ev in engine.run(tokens, spec):
         if isinstance(ev, Done):
             done = ev
     return done
 
 
-def _policy(setting: Setting, draft_max: int):
-    if setting.k is None:
-        return AdaptivePolicy(1, draft_max, setting.p_min)
-    return FixedPolicy(setting.k, setting.p_min)
+def base_spec(n: int, seed: int, temperature: float) -> RunSpec:
+    """The target alone with the sweep's sampling and length; every cell starts from it."""
+    return RunSpec(drafter=DrafterKind.NONE, max_tokens=n,
+                   sampling=SamplingConfig(temperature=temperature, seed=seed))
+
+
+def cell_specs(cells: list[Setting], base: RunSpec) -> list[RunSpec]:
+    return [c.spec(base, max([c.k for c in cells if c.k] + [RunSpec.draft_max])) for c in cells]
 
 
 def sweep(engine, prompts: list[dict], cells: list[Setting], *, runs: int, n: int,
@@ -220,23 +229,18 @@ def sweep(engine, prompts: list[dict], cells: list[Setting], *, runs: int, n: in
     for p in prompts:
         msgs = [{"role": "user", "content": p["prompt"]}]
         encoded[p["id"]] = first.chat_prompt(msgs) if chat else first.tokenize(p["prompt"])
-    draft_max = max([c.k for c in cells if c.k] + [8])
+    base = base_spec(n, seed, temperature)
+    specs = dict(zip(cells, cell_specs(cells, base)))
 
     def measure(setting: Setting | None) -> CellResult:
         cr = CellResult(setting or Setting(drafter="none", k=0))
-        use = None if setting is None else setting.drafter
-        base_cfg = SamplingConfig(temperature=temperature, top_k=40 if temperature else 0,
-                                  top_p=0.95 if temperature else 1.0, min_p=0.05 if temperature else 0.0,
-                                  seed=seed, draft_temperature=None if setting is None else setting.draft_temp)
-        # Warm-up, excluded.
-        _one(engine, encoded[prompts[0]["id"]], 8, base_cfg, None if setting is None else _policy(setting, draft_max),
-             setting is not None, use)
+        spec = base if setting is None else specs[setting]
+        _one(engine, encoded[prompts[0]["id"]], spec.with_(max_tokens=8))   # warm-up, excluded
         for p in prompts:
             for _ in range(runs):
                 if cancel is not None and cancel.is_set():
                     raise KeyboardInterrupt
-                pol = None if setting is None else _policy(setting, draft_max)
-                d = _one(engine, encoded[p["id"]], n, base_cfg, pol, setting is not None, use)
+                d = _one(engine, encoded[p["id"]], spec)
                 s = d.summary
                 cr.runs.append(Run(p["id"], p["category"], s.tokens_per_second, s.n_generated, s.acceptance_rate,
                                    s.mean_accepted_length, s.time_to_first_token, s.draft_seconds, s.drafted,

@@ -23,6 +23,7 @@ from ..engine.events import (
     TextChunk,
     Token,
 )
+from ..engine.stats import StatsRecorder
 
 Segment = tuple[str, str]   # (text, origin: "draft" | "target" | "bonus" | "text")
 
@@ -92,8 +93,8 @@ class Accumulator:
         self._t0 = clock()
         self._t_gen: float | None = None
         self.done: Done | None = None
-        self.s = dict(phase="prompt", drafter=drafter, tokens=0, steps=0, drafting_steps=0, drafted=0,
-                      accepted=0, k=0, draft_seconds=0.0, verify_seconds=0.0, drafting=drafter != "none",
+        self.rounds = StatsRecorder(drafter, "", None)   # the engine's own per-round totals
+        self.s = dict(phase="prompt", drafter=drafter, tokens=0, k=0, drafting=drafter != "none",
                       policy_reason="", prompt_tokens=0, cached_tokens=0, prompt_seconds=0.0, ttft=None)
 
     # -- feeding (engine thread) ------------------------------------------------------
@@ -106,15 +107,9 @@ class Accumulator:
             if ev.text:
                 self._add(ev.text, ev.origin.value if isinstance(ev.origin, Origin) else str(ev.origin))
         elif isinstance(ev, Step):
-            s["steps"] += 1
-            s["drafted"] += ev.drafted
-            s["accepted"] += ev.accepted
-            if ev.drafted:
-                s["drafting_steps"] += 1
+            self.rounds.step(ev)
             s["k"] = ev.k
             s["drafting"] = ev.drafting
-            s["draft_seconds"] += ev.draft_seconds
-            s["verify_seconds"] += ev.verify_seconds
         elif isinstance(ev, TextChunk):
             if ev.text:
                 self._add(ev.text, "text")
@@ -169,4 +164,7 @@ class Accumulator:
             if self._history_at is None or now - self._history_at >= HISTORY_EVERY * 0.9:
                 self._history.append(rate)
                 self._history_at = now
-        return LiveStats(elapsed=elapsed, rate=rate, history=tuple(self._history), **s)
+        r = self.rounds.s
+        return LiveStats(elapsed=elapsed, rate=rate, history=tuple(self._history), steps=r.steps,
+                         drafting_steps=self.rounds.rounds_drafting, drafted=r.drafted, accepted=r.accepted,
+                         draft_seconds=r.draft_seconds, verify_seconds=r.verify_seconds, **s)

@@ -15,8 +15,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import BadInput
-from .paths import home
+from ..errors import BadInput
+from ..paths import home
 
 REGISTRY = "registry.json"
 

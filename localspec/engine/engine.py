@@ -1,0 +1,150 @@
+"""Load a target (and a draft model) from GGUF paths; run generations described by RunSpecs.
+
+:class:`Engine` owns the models and contexts. :meth:`Engine.run` is the one way to generate:
+it validates the :class:`~localspec.engine.spec.RunSpec`, builds the drafting policy and
+runs the same :class:`~localspec.engine.generator.Generator` loop for every drafter, so the
+target-only baseline and the speculative run differ only in their drafter and policy.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..chat.template import chat_tokens
+from ..errors import BadInput, IncompatiblePair
+from ..models.compat import check_files
+from .backend import CACHE_TYPES, Context, Model, default_threads
+from .drafters import Drafter, ModelDrafter, NgramDrafter
+from .events import Event
+from .generator import Generator
+from .spec import DrafterKind, RunSpec
+
+DEFAULT_ROLLBACK_DEPTH = RunSpec.draft_max + 1
+
+
+@dataclass
+class EngineConfig:
+    """What to load and how: the models, the context, threads, GPU layers, KV cache."""
+
+    target: str
+    draft: str | None = None        # a draft model to load (enables DrafterKind.MODEL)
+    n_ctx: int = 4096
+    threads: int | None = None
+    gpu_layers: int | None = None   # None: all layers on the GPU when offload is supported
+    gpu_layers_draft: int | None = None
+    cache_type: str = "f16"
+    n_batch: int = 512
+    # Recurrent-state snapshots kept for rollback (recurrent/hybrid targets whose architecture
+    # supports them); None: the default draft length + 1; 0: always sequence checkpoints.
+    rollback_depth: int | None = None
+
+    def validate(self) -> None:
+        if self.n_ctx < 16:
+            raise BadInput(f"--ctx must be at least 16 (got {self.n_ctx})")
+        if self.threads is not None and self.threads <= 0:
+            raise BadInput(f"--threads must be >= 1 (got {self.threads})")
+        if self.cache_type not in CACHE_TYPES:
+            raise BadInput(f"unknown KV cache type {self.cache_type!r} (one of {', '.join(CACHE_TYPES)})")
+
+
+def _kind(info) -> str:
+    return "hybrid" if info.hybrid else ("recurrent" if info.recurrent else "transformer")
+
+
+class Engine:
+    """A loaded target (and draft) ready to generate."""
+
+    def __init__(self, config: EngineConfig):
+        config.validate()
+        self.config = config
+        self.compat = None
+        if config.draft:
+            report = check_files(config.target, config.draft)
+            if not report.compatible:
+                raise IncompatiblePair(report.summary(), report)
+            self.compat = report
+        threads = config.threads or default_threads()
+        self.target_model = Model(config.target, gpu_layers=config.gpu_layers)
+        depth = DEFAULT_ROLLBACK_DEPTH if config.rollback_depth is None else config.rollback_depth
+        self.target_ctx = Context(self.target_model, n_ctx=config.n_ctx, threads=threads,
+                                  n_batch=config.n_batch, cache_type=config.cache_type, rollback_depth=depth)
+        self.draft_model = None
+        self.draft_ctx = None
+        self._generators: dict[DrafterKind, Generator] = {DrafterKind.NONE: Generator(self.target_ctx)}
+        if config.draft:
+            gl = config.gpu_layers_draft if config.gpu_layers_draft is not None else config.gpu_layers
+            self.draft_model = Model(config.draft, gpu_layers=gl)
+            self.draft_ctx = Context(self.draft_model, n_ctx=config.n_ctx, threads=threads,
+                                     n_batch=config.n_batch, cache_type=config.cache_type)
+            self._generators[DrafterKind.MODEL] = Generator(self.target_ctx, ModelDrafter(self.draft_ctx))
+        self._lock = threading.Lock()
+
+    # -- prompts ----------------------------------------------------------------------
+    def tokenize(self, prompt: str) -> list[int]:
+        return self.target_model.tokenize(prompt, add_special=True, parse_special=False)
+
+    def chat_prompt(self, messages: list[dict]) -> list[int]:
+        return chat_tokens(self.target_model, messages)
+
+    # -- generation -------------------------------------------------------------------
+    @property
+    def drafters(self) -> tuple[DrafterKind, ...]:
+        """The drafters this engine can run (a draft model only when one is loaded)."""
+        return tuple(k for k in DrafterKind if k is not DrafterKind.MODEL or self.draft_model is not None)
+
+    def drafter(self, kind: DrafterKind) -> Drafter:
+        return self._generator(kind).drafter
+
+    def _generator(self, kind: DrafterKind) -> Generator:
+        gen = self._generators.get(kind)
+        if gen is None:
+            if kind is DrafterKind.MODEL:
+                raise BadInput("no draft model is loaded: give one (-d DRAFT), or use n-gram or no drafting")
+            gen = self._generators[kind] = Generator(self.target_ctx, NgramDrafter())
+        return gen
+
+    def run(self, prompt_tokens: list[int], spec: RunSpec,
+            cancel: threading.Event | None = None) -> Iterator[Event]:
+        """Stream the events of one generation; the last is ``Done``, which carries the
+        drafting policy's estimates and decisions."""
+        spec.validate()
+        gen = self._generator(spec.drafter)
+        with self._lock:
+            yield from gen.generate(prompt_tokens, spec, spec.policy(), cancel)
+
+    def reset(self) -> None:
+        """Forget cached prompts in both models (for fair timing between runs)."""
+        self.target_ctx.clear()
+        if self.draft_ctx is not None:
+            self.draft_ctx.clear()
+
+    # -- description ------------------------------------------------------------------
+    def describe(self) -> dict:
+        t = self.target_model.info
+        out = {
+            "target": {"path": t.path, "model": t.description, "backend": t.backend,
+                       "gpu_layers": t.gpu_layers, "n_layer": t.n_layer, "kind": _kind(t),
+                       "memory": self.target_ctx.rollback.value},
+            "drafters": [k.value for k in self.drafters],
+            "n_ctx": self.target_ctx.n_ctx,
+            "threads": self.target_ctx.threads,
+        }
+        if self.draft_model is not None:
+            d = self.draft_model.info
+            out["draft"] = {"path": d.path, "model": d.description, "backend": d.backend,
+                            "gpu_layers": d.gpu_layers, "n_layer": d.n_layer,
+                            "kind": _kind(d), "memory": self.draft_ctx.rollback.value}
+        return out
+
+    def close(self) -> None:
+        for obj in (self.draft_ctx, self.draft_model, self.target_ctx, self.target_model):
+            if obj is not None:
+                obj.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

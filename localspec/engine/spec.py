@@ -1,0 +1,159 @@
+"""RunSpec: everything one generation needs besides its prompt, with one set of defaults and
+the only validation of run settings.
+
+Every front end (the CLI's flags, the app's settings form, the bench grid, a server request)
+turns its input into a :class:`RunSpec`; :meth:`RunSpec.validate` raises :class:`SpecError`
+naming the field, and each front end words that field its own way (``--draft-max``,
+"draft max", ``draft_max``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from enum import Enum
+
+from ..errors import BadInput
+from .policy import AdaptivePolicy, FixedPolicy, Policy
+from .sampling import SamplingConfig
+
+
+class DrafterKind(str, Enum):
+    """Where draft tokens come from."""
+
+    MODEL = "model"        # a small model with the target's tokenizer
+    NGRAM = "ngram"        # prompt lookup: what followed the last n-gram earlier on
+    NONE = "none"          # the target alone (the baseline)
+
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+    @classmethod
+    def parse(cls, value: str | DrafterKind) -> DrafterKind:
+        try:
+            return cls(value)
+        except ValueError:
+            raise SpecError("drafter", f"must be one of {', '.join(k.value for k in cls)} (got {value!r})") from None
+
+
+_LABELS = {DrafterKind.MODEL: "draft model", DrafterKind.NGRAM: "n-gram (prompt lookup)",
+           DrafterKind.NONE: "none (target only)"}
+
+
+class SpecError(BadInput):
+    """A run setting out of range. ``field`` is the RunSpec (or SamplingConfig) field name,
+    ``problem`` the rest of the sentence ("must be >= 1 (got 0)")."""
+
+    def __init__(self, field: str, problem: str):
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field.replace('_', ' ')} {problem}")
+
+    def named(self, label: str) -> str:
+        """The message with the field as this front end calls it."""
+        return f"{label} {self.problem}"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One generation: drafter, drafting, sampling (one object for both models), length, stops."""
+
+    drafter: DrafterKind = DrafterKind.MODEL
+    adaptive: bool = True              # False: draft exactly draft_max tokens every round
+    draft_max: int = 8
+    draft_min: int = 1
+    p_min: float | None = None         # None: no confidence cutoff (the policy decides K)
+    can_pause: bool = True             # the adaptive policy may stop drafting when it loses
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        # Accept plain strings and lists from callers; the spec itself stays immutable.
+        if not isinstance(self.drafter, DrafterKind):
+            object.__setattr__(self, "drafter", DrafterKind.parse(self.drafter))
+        if not isinstance(self.stop, tuple):
+            object.__setattr__(self, "stop", tuple(self.stop))
+
+    @property
+    def speculative(self) -> bool:
+        return self.drafter is not DrafterKind.NONE
+
+    def validate(self) -> RunSpec:
+        """Raise :class:`SpecError` for the first value out of range; return self."""
+        _int_at_least("max_tokens", self.max_tokens, 1)
+        _int_at_least("draft_max", self.draft_max, 1)
+        _int_at_least("draft_min", self.draft_min, 1)
+        if self.draft_min > self.draft_max:
+            raise SpecError("draft_min", f"({self.draft_min}) is larger than draft max ({self.draft_max})")
+        if self.p_min is not None and not (_finite(self.p_min) and 0.0 <= self.p_min < 1.0):
+            raise SpecError("p_min", f"must be in [0, 1) (got {self.p_min})")
+        if not all(isinstance(s, str) for s in self.stop):
+            raise SpecError("stop", "must be strings")
+        if any(s == "" for s in self.stop):
+            raise SpecError("stop", "strings must not be empty")
+        s = self.sampling
+        for name in ("temperature", "draft_temperature"):
+            v = getattr(s, name)
+            if v is not None and not (_finite(v) and v >= 0):
+                raise SpecError(name, f"must be >= 0 (got {v})")
+        _int_at_least("top_k", s.top_k, 0, " (0 turns it off)")
+        if not (_finite(s.top_p) and 0.0 < s.top_p <= 1.0):
+            raise SpecError("top_p", f"must be in (0, 1] (got {s.top_p})")
+        if not (_finite(s.min_p) and 0.0 <= s.min_p < 1.0):
+            raise SpecError("min_p", f"must be in [0, 1) (got {s.min_p})")
+        if s.seed is not None:
+            _int_at_least("seed", s.seed, 0)
+        return self
+
+    def policy(self) -> Policy:
+        """A fresh drafting policy for one generation."""
+        if not self.speculative:
+            return FixedPolicy(0)
+        if not self.adaptive:
+            return FixedPolicy(self.draft_max, self.p_min)
+        return AdaptivePolicy(self.draft_min, self.draft_max, self.p_min, can_pause=self.can_pause)
+
+    @classmethod
+    def of(cls, **values) -> RunSpec:
+        """A spec from flat values, sampling fields (temperature, top_k...) included."""
+        return cls().with_(**values)
+
+    def with_(self, **changes) -> RunSpec:
+        """A copy with some fields changed; sampling fields may be given by name too."""
+        samp = {k: changes.pop(k) for k in list(changes) if k in _SAMPLING_FIELDS}
+        if samp:
+            changes["sampling"] = replace(changes.get("sampling", self.sampling), **samp)
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        """One line: drafter, K, sampling, length."""
+        if not self.speculative:
+            drafting = "target only"
+        else:
+            k = f"adaptive K {self.draft_min}-{self.draft_max}" if self.adaptive else f"fixed K {self.draft_max}"
+            drafting = f"{self.drafter.label}, {k}"
+        temp = "greedy" if self.sampling.greedy else f"temp {self.sampling.temperature:g}"
+        return f"{drafting} · {temp} · max {self.max_tokens} tokens"
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["drafter"] = self.drafter.value
+        out["stop"] = list(self.stop)
+        return out
+
+
+_SAMPLING_FIELDS = {f.name for f in fields(SamplingConfig)}
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _int_at_least(name: str, value, low: int, hint: str = "") -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise SpecError(name, f"must be a whole number (got {value!r})")
+    if value < low:
+        bound = f"at least {low}" if low > 0 else f">= {low}"
+        raise SpecError(name, f"must be {bound} (got {value}{'; ' + hint.strip(' ()') if hint else ''})")
