@@ -4,7 +4,6 @@ refused in one line."""
 
 import csv
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -83,8 +82,7 @@ def test_tuned_settings_are_used_by_run(tiny_target, tiny_draft, tmp_path):
 
 
 def run_cli_env(env: dict, *args):
-    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=300)
+    return run_cli(*args, env=env)
 
 
 def test_interrupted_sweep_keeps_finished_cells(tiny_target, tiny_draft, tmp_path):

@@ -129,3 +129,18 @@ def test_help_and_info():
     assert json.loads(r.stdout)["backend"] in ("CPU", "CUDA", "Metal", "Vulkan", "GPU", "ROCm", "HIP", "SYCL")
     r = run_cli("nonsense")
     assert_one_line_error(r, 2)
+
+
+def test_every_command_that_takes_a_pair_accepts_m_and_d():
+    import importlib
+
+    cli_main = importlib.import_module("localspec.cli.main")
+    cli_main._register()
+    for name in ("run", "compare", "chat", "bench", "tune", "check"):
+        opts = {o for p in cli_main.cli.commands[name].params for o in getattr(p, "opts", [])}
+        assert {"-m", "--model", "-d", "--draft"} <= opts, name
+
+
+def test_chat_refuses_two_different_targets(tiny_target, tiny_draft):
+    r = run_cli("chat", str(tiny_target), "-m", str(tiny_draft))
+    assert_one_line_error(r, code=2, match="two targets given")

@@ -91,6 +91,9 @@ def test_check_cli_compatible(tiny_target, tiny_draft):
     assert r.returncode == 0, r.stderr
     assert "verdict: compatible" in r.stdout
     assert r.stdout.count("PASS") == 5
+    assert run_cli("check", "-m", str(tiny_target), "-d", str(tiny_draft)).stdout == r.stdout
+    r = run_cli("check", str(tiny_target))
+    assert r.returncode == 2 and "give TARGET and DRAFT" in r.stderr
 
 
 def test_check_cli_incompatible_json(zoo, tiny_target):
