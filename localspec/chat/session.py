@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..engine import DrafterKind, Engine, EngineConfig, RunSpec
+from ..engine import DrafterKind, Engine, EngineConfig, RunSpec, rollback_depth
 from ..errors import BadInput, LocalspecError
 from .settings import CHAT_DEFAULTS, validate
 
@@ -157,7 +157,7 @@ class ChatSession:
                 target=choice.target, draft=choice.draft if drafter is DrafterKind.MODEL else None,
                 n_ctx=choice.n_ctx, threads=choice.threads, gpu_layers=choice.gpu_layers,
                 gpu_layers_draft=choice.gpu_layers_draft, cache_type=choice.cache_type,
-                rollback_depth=max(self.settings.draft_max + 1, 9))
+                rollback_depth=rollback_depth(self.settings))
             if progress:
                 progress(f"loading {choice.label()}...")
             self._close_engine()

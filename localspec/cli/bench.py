@@ -10,7 +10,7 @@ from tqdm.auto import tqdm
 
 from ..bench import sweep as benchmark
 from ..bench import tuning
-from ..engine import Engine, EngineConfig
+from ..engine import Engine, EngineConfig, rollback_depth
 from ..engine.backend import backend_name
 from ..errors import BadInput
 from .main import cli
@@ -56,10 +56,9 @@ def _models(opts: dict) -> tuple[str, str]:
 
 
 def _engine(opts: dict, target: str, draft: str, specs) -> Engine:
-    depth = max([s.draft_max + 1 for s in specs] + [9])
     return Engine(EngineConfig(target=target, draft=draft, n_ctx=opts["n_ctx"], threads=opts["threads"],
                                gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
-                               cache_type=opts["cache_type"], rollback_depth=depth))
+                               cache_type=opts["cache_type"], rollback_depth=rollback_depth(*specs)))
 
 
 def _hardware(f):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from ..engine import DrafterKind, EngineConfig, RunSpec, SamplingConfig, SpecError
+from ..engine import DrafterKind, EngineConfig, RunSpec, SamplingConfig, SpecError, rollback_depth
 from ..engine.backend import CACHE_TYPES
 from ..errors import BadInput
 
@@ -194,7 +194,7 @@ def resolve_pair(opts: dict) -> Pair:
 
 def engine_config(opts: dict, pair: Pair, spec: RunSpec | None = None) -> EngineConfig:
     """What to load: the pair and the hardware flags."""
-    depth = max(spec.draft_max + 1, _SPEC.draft_max + 1) if spec is not None else None
+    depth = rollback_depth(spec) if spec is not None else None
     return EngineConfig(target=pair.target, draft=pair.draft, n_ctx=opts["n_ctx"], threads=opts["threads"],
                         gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
                         cache_type=opts["cache_type"], rollback_depth=depth)

@@ -5,7 +5,7 @@ emits typed events (:mod:`localspec.engine.events`). The engine knows nothing of
 it must never import textual.
 """
 
-from .engine import Engine, EngineConfig
+from .engine import Engine, EngineConfig, rollback_depth
 from .events import Done, Origin, PolicyNote, PromptProcessed, Step, StopReason, Summary, TextChunk, Token
 from .sampling import SamplingConfig
 from .spec import DrafterKind, RunSpec, SpecError
@@ -13,4 +13,5 @@ from .spec import DrafterKind, RunSpec, SpecError
 __all__ = [
     "Done", "DrafterKind", "Engine", "EngineConfig", "Origin", "PolicyNote", "PromptProcessed",
     "RunSpec", "SamplingConfig", "SpecError", "Step", "StopReason", "Summary", "TextChunk", "Token",
+    "rollback_depth",
 ]

@@ -24,6 +24,12 @@ from .spec import DrafterKind, RunSpec
 DEFAULT_ROLLBACK_DEPTH = RunSpec.draft_max + 1
 
 
+def rollback_depth(*specs: RunSpec) -> int:
+    """Recurrent-state snapshots a target context keeps so that the runs ``specs`` describe
+    can cut a rejected draft tail without a checkpoint (llama.cpp's ``n_rs_seq``)."""
+    return max([s.draft_max + 1 for s in specs] + [DEFAULT_ROLLBACK_DEPTH])
+
+
 @dataclass
 class EngineConfig:
     """What to load and how: the models, the context, threads, GPU layers, KV cache."""
