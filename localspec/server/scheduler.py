@@ -91,6 +91,7 @@ class Scheduler:
         self._closing = False
         self._stopped = False
         self._current: Job | None = None
+        self.submitted = 0           # jobs accepted into the queue so far
         self._mean_seconds = 5.0     # a running mean of request durations, for Retry-After
         self._thread = threading.Thread(target=self._loop, name="localspec-engine", daemon=True)
         self._thread.start()
@@ -106,6 +107,7 @@ class Scheduler:
                 raise ApiError(429, f"the queue is full ({len(self._queue)} requests waiting); retry in "
                                     f"about {wait} s", code="queue_full", headers={"Retry-After": str(wait)})
             self._queue.append(job)
+            self.submitted += 1
             self._depth()
             self._cv.notify()
 
@@ -127,6 +129,11 @@ class Scheduler:
     @property
     def closing(self) -> bool:
         return self._closing
+
+    @property
+    def current(self) -> Job | None:
+        """The job being generated."""
+        return self._current
 
     @property
     def busy(self) -> bool:
@@ -185,7 +192,7 @@ class Scheduler:
         m.queue_wait.observe(time.perf_counter() - job.arrived)
         live.start(job.id, job.endpoint, job.spec.drafter.value)
         m.busy.set(1)
-        outcome, done, ttft, stream = "error", None, 0.0, job.stream
+        done, ttft, stream = None, 0.0, job.stream
         try:
             first = True
             for ev in self.engine.run(job.prompt, job.spec, job.cancel):
@@ -207,23 +214,21 @@ class Scheduler:
                     live.prompt(ev.n_tokens, ev.n_cached)
                 elif kind is Done:
                     done = ev
-            outcome = _OUTCOME.get(done.stop_reason) or job.cancel_reason or "cancelled"
-            put(done)
+            outcome, last = _OUTCOME.get(done.stop_reason) or job.cancel_reason or "cancelled", done
         except LocalspecError as exc:    # e.g. a prompt the engine cannot take
-            outcome = "bad_request"
-            put(ApiError(400, str(exc)))
+            outcome, last = "bad_request", ApiError(400, str(exc))
         except Exception as exc:         # never a traceback: one line in the log, a 500 to the client
             log.error("request %s failed: %s: %s", job.id, type(exc).__name__, exc)
-            put(ApiError(500, f"generation failed: {type(exc).__name__}: {exc}"))
-        finally:
-            m.busy.set(0)
-            m.request(job.endpoint, outcome)
-            s = done.summary if done is not None else None
-            live.finish(outcome, s.n_generated if s else 0, s.tokens_per_second if s else 0.0,
-                        s.drafted if s else 0, s.accepted if s else 0, ttft)
-            took = time.perf_counter() - job.arrived
-            self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * took
-            if s is not None:
-                log.info("request %s %s: %s, %d tokens at %.1f tok/s, %d/%d drafts accepted, %d prompt "
-                         "tokens (%d cached)", job.id, job.endpoint, outcome, s.n_generated, s.tokens_per_second,
-                         s.accepted, s.drafted, s.n_prompt, s.n_cached)
+            outcome, last = "error", ApiError(500, f"generation failed: {type(exc).__name__}: {exc}")
+        # Counted before the client hears back, so what it reads next (/metrics) includes it.
+        m.busy.set(0)
+        m.request(job.endpoint, outcome)
+        s = done.summary if done is not None else None
+        live.finish(outcome, s.n_generated if s else 0, s.tokens_per_second if s else 0.0,
+                    s.drafted if s else 0, s.accepted if s else 0, ttft)
+        self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.perf_counter() - job.arrived)
+        put(last)
+        if s is not None:
+            log.info("request %s %s: %s, %d tokens at %.1f tok/s, %d/%d drafts accepted, %d prompt "
+                     "tokens (%d cached)", job.id, job.endpoint, outcome, s.n_generated, s.tokens_per_second,
+                     s.accepted, s.drafted, s.n_prompt, s.n_cached)
