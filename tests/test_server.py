@@ -479,3 +479,46 @@ def test_sigterm_answers_in_flight_and_exits_0(slow_pair):
     assert "shutting down" in outcome["stream"]
     assert outcome["queued"] == 503
     assert "Traceback" not in err and "server stopped" in err
+
+
+# -- the app's server screen ----------------------------------------------------------------------
+
+def test_server_screen_follows_the_server(slow_pair):
+    """`serve --tui`'s screen shows the queue, the request being generated and the totals."""
+    import asyncio
+
+    from localspec.tui.screens.server import ServerApp
+
+    target, draft = slow_pair
+    with serving(target, draft, n_ctx=4096) as server:
+        c = client(server)
+        c.completions.create(model="tiny", prompt=PROMPT, temperature=0, max_tokens=10)
+        threads = [threading.Thread(target=c.completions.create, kwargs=dict(
+            model="tiny", prompt=PROMPT, temperature=0, max_tokens=n)) for n in (1500, 5)]
+
+        async def watch():
+            app = ServerApp(server.snapshot)
+            async with app.run_test(size=(100, 30)) as pilot:
+                screen = app.screen
+                text = lambda wid: str(screen.query_one(wid).render())
+                assert "no request" in text("#server-current")
+                assert "requests 1: length 1" in text("#server-totals")
+                threads[0].start()
+                await asyncio.to_thread(_wait, lambda: (cur := server.snapshot().current) is not None
+                                        and cur.tokens > 0)
+                threads[1].start()
+                await asyncio.to_thread(_wait, lambda: server.snapshot().queue_depth == 1)
+                await pilot.pause(0.4)
+                assert "1/16 waiting · generating" in text("#server-queue")
+                assert "tok/s" in text("#server-current") and "acceptance" in text("#server-current")
+                assert screen.query_one("#server-current").has_class("active")
+                assert app.screen.query_one("#server-recent").row_count == 1
+                server.scheduler.cancel(server.scheduler.current)
+                await asyncio.to_thread(_wait, lambda: server.snapshot().served == 3)
+                await pilot.pause(0.4)
+                assert "cancelled 1" in text("#server-totals") and "length 2" in text("#server-totals")
+                assert app.screen.query_one("#server-recent").row_count == 3
+
+        asyncio.run(watch())
+        for t in threads:
+            t.join(30)
