@@ -522,3 +522,13 @@ def test_server_screen_follows_the_server(slow_pair):
         asyncio.run(watch())
         for t in threads:
             t.join(30)
+
+
+def test_server_package_is_ui_free():
+    """The app reads the server's snapshot; localspec.server never imports textual or the app."""
+    code = ("import sys, localspec.server, localspec.server.live, localspec.cli.serve; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('textual', 'rich') "
+            "or m.startswith('localspec.tui')]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
