@@ -144,6 +144,7 @@ def main() -> None:
     if not a.demo and not (a.model and a.draft):
         ap.error("give --demo or -m TARGET -d DRAFT")
 
+    load_before = os.getloadavg()
     server = Served(a)
     try:
         server.ask(PROMPT, 16)          # warm-up (and the same prompt's cache, as a chat client would have)
@@ -163,13 +164,16 @@ def main() -> None:
                                    f"(take {i}).", 8))
         conc, seq = [], []
         questions = [f"Write a paragraph about {TOPICS[i % len(TOPICS)]}." for i in range(a.clients)]
-        for _ in range(a.concurrent_runs):
-            conc.append(concurrent(server, questions, a.n))
-            t0 = time.perf_counter()
-            one_by_one = [server.ask(q, a.n) for q in questions]
-            wall = time.perf_counter() - t0
-            toks = sum(r["tokens"] for r in one_by_one)
-            seq.append({"wall_s": wall, "tokens": toks, "tok_s": toks / wall})
+        for i in range(a.concurrent_runs):    # alternate which goes first
+            for together in ((True, False) if i % 2 == 0 else (False, True)):
+                if together:
+                    conc.append(concurrent(server, questions, a.n))
+                else:
+                    t0 = time.perf_counter()
+                    one_by_one = [server.ask(q, a.n) for q in questions]
+                    wall = time.perf_counter() - t0
+                    toks = sum(r["tokens"] for r in one_by_one)
+                    seq.append({"wall_s": wall, "tokens": toks, "tok_s": toks / wall})
             print(f"{a.clients} clients: {conc[-1]['tok_s']:.1f} tok/s together, {seq[-1]['tok_s']:.1f} one by one",
                   file=sys.stderr)
     finally:
@@ -180,7 +184,8 @@ def main() -> None:
     cli_tok = [r["client_tok_s"] for r in served]
     out = {
         "what": "localspec serve vs localspec run: same pair, prompt, greedy, tokens and threads; alternating runs",
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_before": load_before, "load_average_after": os.getloadavg()},
         "pair": "demo (SmolLM2-135M F16 target, Q4_1 draft)" if a.demo else {"target": a.model, "draft": a.draft},
         "n_tokens": a.n, "threads": a.threads, "runs": a.runs, "prompt": PROMPT,
         "speed": {
@@ -210,6 +215,7 @@ def main() -> None:
             "median_tok_s": median([c["tok_s"] for c in conc]),
             "median_one_by_one_tok_s": median([s["tok_s"] for s in seq]),
             "ratio": median([c["tok_s"] for c in conc]) / median([s["tok_s"] for s in seq]),
+            "paired_ratios": [c["tok_s"] / s["tok_s"] for c, s in zip(conc, seq)],
             "median_last_client_latency_s": median([c["latency_s"][-1] for c in conc]),
             "median_first_client_latency_s": median([c["latency_s"][0] for c in conc]),
         },

@@ -235,7 +235,8 @@ def test_bad_requests_of_other_kinds(tiny):
         {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})[::2],
         400, "messages[0].content", "only text")
     with socket.create_connection(("127.0.0.1", tiny.port)) as sock:   # declared too big: refused unread
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 9999999\r\n\r\n{")
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     b"Content-Length: 9999999\r\n\r\n{")
         head, _, rest = sock.makefile("rb").read().partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 413") and b"the limit is" in rest
     assert_error(*request(tiny, "GET", "/v1/nothing")[::2], 404, match="Not Found")
@@ -432,7 +433,8 @@ def test_serve_command_errors(tiny_target):
     assert len(r.stderr.strip().splitlines()) <= 2 and "Traceback" not in r.stderr
 
 
-def test_sigterm_answers_in_flight_and_exits_0(slow_pair):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_answers_in_flight_and_exits_0(slow_pair, sig):
     target, draft = slow_pair
     proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", "-m", str(target), "-d", str(draft),
                              "--port", "0", "--ctx", "4096", "--threads", "1"],
@@ -467,7 +469,7 @@ def test_sigterm_answers_in_flight_and_exits_0(slow_pair):
         threads.append(threading.Thread(target=waiting))
         threads[1].start()
         time.sleep(0.5)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         rc = proc.wait(30)
         for t in threads:
             t.join(10)

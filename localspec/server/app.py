@@ -107,14 +107,14 @@ class Guard:
 
     def __init__(self, app, ctx: ServerContext):
         self.app, self.ctx = app, ctx
-        self._key = f"Bearer {ctx.api_key}".encode() if ctx.api_key else None
+        self._key = ctx.api_key.encode() if ctx.api_key else None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         if self._key is not None and scope["path"] != "/health":
-            auth = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(auth, self._key):
+            scheme, _, key = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(key.strip(), self._key):
                 err = ApiError(401, "missing or wrong API key: send Authorization: Bearer KEY",
                                code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
                 endpoint = _ENDPOINTS.get(scope["path"])
