@@ -94,6 +94,19 @@ class Served:
                 "wall_s": time.perf_counter() - t0, "cache_n": t["cache_n"], "prompt_n": t["prompt_n"],
                 "text": "".join(text), "acceptance": t["draft_n_accepted"] / t["draft_n"] if t["draft_n"] else 0.0}
 
+    def thread_cpu(self) -> dict[int, float]:
+        """CPU seconds of each of the server's threads (Linux /proc)."""
+        out = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+        return out
+
     def close(self):
         self.proc.terminate()
         rc = self.proc.wait(60)
@@ -125,6 +138,7 @@ def concurrent(server: Served, questions: list[str], n: int) -> dict:
     wall = time.perf_counter() - t0
     tokens = sum(r["tokens"] for r in results)
     return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall,
+            "engine_tok_s": median([r["tok_s"] for r in results]),
             "ttft_s": sorted(r["ttft_s"] for r in results), "latency_s": sorted(r["wall_s"] for r in results)}
 
 
@@ -150,6 +164,7 @@ def main() -> None:
         server.ask(PROMPT, 16)          # warm-up (and the same prompt's cache, as a chat client would have)
         run_once(a)
         runs, served = [], []
+        cpu_before = server.thread_cpu()
         for i in range(a.runs):          # alternate, starting with each side in turn
             order = (run_once, server.ask) if i % 2 == 0 else (server.ask, run_once)
             for f in order:
@@ -158,6 +173,14 @@ def main() -> None:
             print(f"run {i + 1}/{a.runs}: run {runs[-1]['tok_s']:.1f} tok/s, serve {served[-1]['tok_s']:.1f} "
                   f"(client {served[-1]['client_tok_s']:.1f})", file=sys.stderr)
 
+        cpu_after = server.thread_cpu()
+        used = sorted((cpu_after[t] - cpu_before.get(t, 0.0) for t in cpu_after), reverse=True)
+        # the busiest thread is the engine's (llama.cpp computes on it with --threads 1); the rest is
+        # the HTTP side: the event loop, uvicorn, the SSE chunks
+        cpu = {"engine_thread_s": used[0], "other_threads_s": sum(used[1:]),
+               "other_share_of_engine": sum(used[1:]) / used[0] if used[0] else 0.0,
+               "other_ms_per_token": 1000 * sum(used[1:]) / sum(r["tokens"] for r in served),
+               "threads": len(used)}
         ttft = []
         for i in range(a.runs):          # fresh questions: the prompt is decoded, not reused
             ttft.append(server.ask(f"In two sentences, tell me about {TOPICS[i % len(TOPICS)]} "
@@ -173,9 +196,10 @@ def main() -> None:
                     one_by_one = [server.ask(q, a.n) for q in questions]
                     wall = time.perf_counter() - t0
                     toks = sum(r["tokens"] for r in one_by_one)
-                    seq.append({"wall_s": wall, "tokens": toks, "tok_s": toks / wall})
-            print(f"{a.clients} clients: {conc[-1]['tok_s']:.1f} tok/s together, {seq[-1]['tok_s']:.1f} one by one",
-                  file=sys.stderr)
+                    seq.append({"wall_s": wall, "tokens": toks, "tok_s": toks / wall,
+                                "engine_tok_s": median([r["tok_s"] for r in one_by_one])})
+            print(f"{a.clients} clients: {conc[-1]['tok_s']:.1f} tok/s together, {seq[-1]['tok_s']:.1f} one by one "
+                  f"(engine {conc[-1]['engine_tok_s']:.1f} vs {seq[-1]['engine_tok_s']:.1f})", file=sys.stderr)
     finally:
         server.close()
 
@@ -200,6 +224,7 @@ def main() -> None:
             "same_text_as_run": all(s["text"] == runs[0]["text"] for s in served),
             "acceptance_run": median([r["acceptance"] for r in runs]),
             "acceptance_serve": median([r["acceptance"] for r in served]),
+            "server_cpu": cpu,
         },
         "ttft": {
             "client_s": [r["ttft_s"] for r in ttft], "server_s": [r["server_ttft_s"] for r in ttft],
@@ -216,6 +241,8 @@ def main() -> None:
             "median_one_by_one_tok_s": median([s["tok_s"] for s in seq]),
             "ratio": median([c["tok_s"] for c in conc]) / median([s["tok_s"] for s in seq]),
             "paired_ratios": [c["tok_s"] / s["tok_s"] for c, s in zip(conc, seq)],
+            "median_engine_tok_s": median([c["engine_tok_s"] for c in conc]),
+            "median_one_by_one_engine_tok_s": median([s["engine_tok_s"] for s in seq]),
             "median_last_client_latency_s": median([c["latency_s"][-1] for c in conc]),
             "median_first_client_latency_s": median([c["latency_s"][0] for c in conc]),
         },
@@ -227,7 +254,11 @@ def main() -> None:
     sp, tt, cc = out["speed"], out["ttft"], out["concurrent"]
     print(f"serve/run tok/s: {sp['ratio_serve_vs_run']:.3f} (engine), {sp['ratio_serve_client_vs_run']:.3f} "
           f"(client); medians {sp['median_serve_tok_s']:.1f} vs {sp['median_run_tok_s']:.1f}; spread run "
-          f"{sp['spread_run']:.0%}, serve {sp['spread_serve']:.0%}; same text: {sp['same_text_as_run']}")
+          f"{sp['spread_run']:.0%}, serve {sp['spread_serve']:.0%}; same text: {sp['same_text_as_run']}; "
+          f"median of pairs {sp['median_paired_ratio']:.3f}")
+    c = sp["server_cpu"]
+    print(f"server CPU beside the engine thread: {c['other_share_of_engine']:.1%} of it, "
+          f"{c['other_ms_per_token']:.2f} ms per token")
     print(f"TTFT: client {tt['median_client_s'] * 1000:.0f} ms, server {tt['median_server_s'] * 1000:.0f} ms, "
           f"run {tt['median_run_s'] * 1000:.0f} ms")
     print(f"{a.clients} clients: {cc['median_tok_s']:.1f} tok/s together vs {cc['median_one_by_one_tok_s']:.1f} one "
