@@ -101,8 +101,4 @@ def sse(obj: dict) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
-def sse_error(body: dict) -> bytes:
-    return sse(body)
-
-
 DONE = b"data: [DONE]\n\n"
