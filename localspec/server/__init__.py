@@ -1,0 +1,13 @@
+"""``localspec serve``: an OpenAI-compatible HTTP server over one :class:`~localspec.engine.Engine`.
+
+Small modules, one job each: :mod:`.errors` (OpenAI-style error objects), :mod:`.translate`
+(request body -> prompt tokens and a :class:`~localspec.engine.RunSpec`), :mod:`.scheduler`
+(the one engine, a bounded first-come-first-served queue, cancellation), :mod:`.metrics`
+(Prometheus), :mod:`.live` (a UI-free snapshot for the app), :mod:`.responses` (response and
+chunk objects with ``usage`` and ``timings``), :mod:`.app` (the Starlette routes) and
+:mod:`.runner` (uvicorn, sockets and signals).
+"""
+
+from .runner import Server, ServerOptions
+
+__all__ = ["Server", "ServerOptions"]

@@ -1,0 +1,255 @@
+"""The HTTP routes (Starlette) and the guard around them: API key, body limit, no tracebacks.
+
+Requests are turned into jobs on the event loop (parsing, chat template, tokenizing: fast,
+and in arrival order); generation happens on the scheduler's worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..engine import Done, Engine, RunSpec, StopReason
+from ..errors import LocalspecError
+from . import translate
+from .errors import ApiError
+from .live import LiveState
+from .metrics import Metrics
+from .responses import DONE, Shape, sse
+from .scheduler import Channel, Job, Scheduler
+
+log = logging.getLogger("localspec.server")
+
+_ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+
+
+@dataclass
+class ServerContext:
+    """Everything the routes use."""
+
+    engine: Engine
+    scheduler: Scheduler
+    metrics: Metrics
+    live: LiveState
+    model_id: str
+    base: RunSpec                   # the server's defaults: drafter, tuned drafting settings
+    api_key: str | None = None
+    max_body: int = 8 << 20
+    started: int = field(default_factory=lambda: int(time.time()))
+
+    def refused(self, endpoint: str, error: ApiError) -> Response:
+        self.metrics.request(endpoint, error.outcome)
+        self.live.refused(error.outcome)
+        return error.response()
+
+
+def build_app(ctx: ServerContext):
+    """The ASGI application: the routes inside :class:`Guard`."""
+
+    async def health(request: Request) -> Response:
+        closing = ctx.scheduler.closing
+        return JSONResponse({"status": "shutting down" if closing else "ok", "queue_depth": ctx.scheduler.depth,
+                             "generating": ctx.scheduler.busy}, status_code=503 if closing else 200)
+
+    def model_card() -> dict:
+        info = ctx.engine.describe()
+        return {"id": ctx.model_id, "object": "model", "created": ctx.started, "owned_by": "localspec",
+                "meta": {"target": info["target"]["model"], "draft": info.get("draft", {}).get("model"),
+                         "drafter": ctx.base.drafter.value, "drafters": info["drafters"], "n_ctx": info["n_ctx"]}}
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [model_card()]})
+
+    async def model(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != ctx.model_id:
+            raise _unknown_model(name, ctx.model_id)
+        return JSONResponse(model_card())
+
+    async def metrics(request: Request) -> Response:
+        return Response(ctx.metrics.render(), headers={"Content-Type": ctx.metrics.content_type})
+
+    async def chat(request: Request) -> Response:
+        return await _generate(ctx, request, "chat")
+
+    async def completions(request: Request) -> Response:
+        return await _generate(ctx, request, "completions")
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        return ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}").response()
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return ApiError(500, f"internal error: {type(exc).__name__}").response()
+
+    app = Starlette(routes=[
+        Route("/health", health),
+        Route("/v1/models", models),
+        Route("/v1/models/{name:path}", model),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/metrics", metrics),
+    ], exception_handlers={HTTPException: http_error, Exception: server_error})
+    return Guard(app, ctx)
+
+
+class Guard:
+    """Outermost ASGI layer: the API key on every route but /health, and the last word on
+    failures, so that no traceback reaches a client or the log."""
+
+    def __init__(self, app, ctx: ServerContext):
+        self.app, self.ctx = app, ctx
+        self._key = ctx.api_key.encode() if ctx.api_key else None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self._key is not None and scope["path"] != "/health":
+            scheme, _, key = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
+            if scheme.lower() != b"bearer" or not hmac.compare_digest(key.strip(), self._key):
+                err = ApiError(401, "missing or wrong API key: send Authorization: Bearer KEY",
+                               code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+                endpoint = _ENDPOINTS.get(scope["path"])
+                response = self.ctx.refused(endpoint, err) if endpoint else err.response()
+                return await response(scope, receive, send)
+        try:
+            await self.app(scope, receive, send)
+        except ClientDisconnect:
+            pass
+        except Exception as exc:   # already answered with a 500 by the app's handler
+            log.error("%s %s failed: %s: %s", scope.get("method"), scope["path"], type(exc).__name__, exc)
+
+
+def _unknown_model(name, served: str) -> ApiError:
+    return ApiError(404, f"model {name!r} is not served here (this server serves {served!r})",
+                    param="model", code="model_not_found")
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    size = request.headers.get("content-length", "")
+    if size.isdigit() and int(size) > limit:
+        raise ApiError(413, f"the request body is {size} bytes; the limit is {limit}", code="body_too_large")
+    chunks, n = [], 0
+    async for chunk in request.stream():
+        n += len(chunk)
+        if n > limit:
+            raise ApiError(413, f"the request body is over the limit of {limit} bytes", code="body_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _prompt(ctx: ServerContext, body: dict, kind: str) -> list[int]:
+    engine = ctx.engine
+    if kind == "chat":
+        msgs = translate.messages(body)
+        try:
+            return engine.chat_prompt(msgs)
+        except LocalspecError as exc:
+            raise translate.template_error(exc) from None
+    prompt = translate.completion_prompt(body)
+    if isinstance(prompt, str):
+        return engine.tokenize(prompt)
+    n_vocab = engine.target_model.n_vocab
+    if any(not 0 <= t < n_vocab for t in prompt):
+        raise ApiError(400, f"prompt: token ids must be in [0, {n_vocab})", param="prompt")
+    return list(prompt)
+
+
+async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response:
+    """Parse, queue, and answer one chat or text completion, streamed or whole."""
+    try:
+        body = translate.parse_json(await _read_body(request, ctx.max_body))
+        translate.check_request(body)
+        name = body.get("model")
+        if name not in (None, "", ctx.model_id):
+            raise _unknown_model(name, ctx.model_id)
+        prompt = _prompt(ctx, body, kind)
+        spec = translate.run_spec(body, ctx.base, len(prompt), ctx.engine.target_ctx.n_ctx, ctx.engine.drafters)
+        stream = bool(body.get("stream"))
+        opts = body.get("stream_options")
+        include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+        job = Job(kind, prompt, spec, Channel(asyncio.get_running_loop()), stream=stream)
+        ctx.scheduler.submit(job)
+    except ApiError as err:
+        return ctx.refused(kind, err)
+    shape = Shape(kind, job.id, ctx.model_id)
+    if stream:
+        return StreamingResponse(_stream(ctx, job, shape, include_usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return await _whole(ctx, request, job, shape)
+
+
+def _shutdown_error(done: Done) -> ApiError:
+    return ApiError(503, f"the server is shutting down: the generation was stopped after "
+                         f"{done.summary.n_generated} tokens", code="shutting_down")
+
+
+async def _whole(ctx: ServerContext, request: Request, job: Job, shape: Shape) -> Response:
+    """Wait for the answer, cancelling the job if the client goes away first."""
+    result = asyncio.ensure_future(job.channel.get())
+    gone = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not result.done():
+            ctx.scheduler.cancel(job, "cancelled")
+            return Response(status_code=499)   # nobody is listening
+        item = result.result()[-1]
+        if isinstance(item, ApiError):
+            return item.response()
+        if item.stop_reason is StopReason.CANCELLED and job.cancel_reason == "shutdown":
+            return _shutdown_error(item).response()
+        return JSONResponse(shape.complete(item.text, item.stop_reason, item.summary))
+    finally:
+        for task in (result, gone):
+            task.cancel()
+
+
+async def _disconnect(request: Request) -> None:
+    """Returns when the client closes the connection (the body has been read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _stream(ctx: ServerContext, job: Job, shape: Shape, include_usage: bool):
+    """Server-sent events: the role, text as it comes (several tokens per event when the client
+    reads slower than the engine writes), the closing chunk with usage and timings, [DONE].
+
+    Starlette cancels this generator when the client disconnects; ``finally`` then cancels the
+    job, which the engine notices at its next round."""
+    finished = False
+    try:
+        if shape.chat:
+            yield shape.chunk(role=True)
+        while True:
+            texts: list[str] = []
+            for item in await job.channel.get():
+                if type(item) is str:
+                    texts.append(item)
+                    continue
+                if texts:
+                    yield shape.chunk("".join(texts))
+                    texts = []
+                finished = True
+                if isinstance(item, ApiError):
+                    yield sse(item.body())
+                elif item.stop_reason is StopReason.CANCELLED and job.cancel_reason == "shutdown":
+                    yield sse(_shutdown_error(item).body())
+                else:
+                    yield shape.chunk(reason=item.stop_reason, s=item.summary)
+                    if include_usage:
+                        yield shape.usage_chunk(item.summary)
+                yield DONE
+                return
+            if texts:
+                yield shape.chunk("".join(texts))
+    finally:
+        if not finished:
+            ctx.scheduler.cancel(job, "cancelled")

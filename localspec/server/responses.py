@@ -1,0 +1,104 @@
+"""The objects a client reads: completions, stream chunks, ``usage`` and llama-server's ``timings``.
+
+Figures come from the engine's :class:`Summary` alone, so a response says what ``localspec
+run`` would print for the same generation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from ..engine import StopReason, Summary
+
+_FINISH = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopReason.MAX_TOKENS: "length",
+           StopReason.CONTEXT_FULL: "length", StopReason.CANCELLED: "stop"}
+
+
+def finish_reason(reason: StopReason) -> str:
+    return _FINISH[reason]
+
+
+def usage(s: Summary) -> dict:
+    return {"prompt_tokens": s.n_prompt, "completion_tokens": s.n_generated,
+            "total_tokens": s.n_prompt + s.n_generated,
+            "prompt_tokens_details": {"cached_tokens": s.n_cached}}
+
+
+def timings(s: Summary) -> dict:
+    """llama-server's ``timings``: prompt_n counts the prompt tokens decoded (cache_n were reused)."""
+    prompt_n = s.n_prompt - s.n_cached
+    prompt_ms = s.prompt_seconds * 1000.0
+    predicted_ms = s.generation_seconds * 1000.0
+    return {
+        "cache_n": s.n_cached,
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+        "prompt_per_second": prompt_n / s.prompt_seconds if prompt_n and s.prompt_seconds > 0 else 0.0,
+        "predicted_n": s.n_generated,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": predicted_ms / s.n_generated if s.n_generated else 0.0,
+        "predicted_per_second": s.tokens_per_second,
+        "draft_n": s.drafted,
+        "draft_n_accepted": s.accepted,
+        "drafter": s.drafter,
+        "time_to_first_token_ms": s.time_to_first_token * 1000.0,
+    }
+
+
+class Shape:
+    """One request's response shape: chat (``chat.completion``) or text (``text_completion``)."""
+
+    def __init__(self, kind: str, request_id: str, model: str):
+        self.chat = kind == "chat"
+        self.id = ("chatcmpl-" if self.chat else "cmpl-") + request_id
+        self.model = model
+        self.created = int(time.time())
+
+    def _base(self, obj: str) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": "localspec"}
+
+    def complete(self, text: str, reason: StopReason, s: Summary) -> dict:
+        """The whole answer (non-streaming)."""
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "logprobs": None, "finish_reason": finish_reason(reason)}
+            out = self._base("chat.completion")
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason(reason)}
+            out = self._base("text_completion")
+        return out | {"choices": [choice], "usage": usage(s), "timings": timings(s)}
+
+    # -- streaming ----------------------------------------------------------------------
+    def chunk(self, text: str | None = None, *, role: bool = False, reason: StopReason | None = None,
+              s: Summary | None = None) -> bytes:
+        """One server-sent event: a piece of text, the opening role, or the closing chunk
+        (finish_reason, usage and timings)."""
+        fr = finish_reason(reason) if reason is not None else None
+        if self.chat:
+            delta: dict = {"role": "assistant", "content": ""} if role else {}
+            if text:
+                delta["content"] = text
+            out = self._base("chat.completion.chunk") | {
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": fr}]}
+        else:
+            out = self._base("text_completion") | {
+                "choices": [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": fr}]}
+        if s is not None:
+            out["usage"] = usage(s)
+            out["timings"] = timings(s)
+        return sse(out)
+
+    def usage_chunk(self, s: Summary) -> bytes:
+        """OpenAI's ``stream_options.include_usage`` chunk: no choices, the usage."""
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return sse(self._base(obj) | {"choices": [], "usage": usage(s), "timings": timings(s)})
+
+
+def sse(obj: dict) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"

@@ -1,0 +1,234 @@
+"""One engine, one request at a time, in arrival order, from a bounded queue.
+
+A worker thread owns :meth:`Engine.run`; each request is a :class:`Job` whose text, final
+:class:`Done` (or error) come back to the HTTP side through a :class:`Channel`. Cancelling a
+job sets its ``threading.Event``, which the generator checks every round, so a client that
+goes away stops its generation within one step; a job still waiting just leaves the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..engine import Done, Engine, PromptProcessed, RunSpec, Step, StopReason, TextChunk, Token
+from ..errors import LocalspecError
+from .errors import ApiError
+from .live import LiveState
+from .metrics import Metrics
+
+log = logging.getLogger("localspec.server")
+
+_ids = itertools.count(1)
+
+
+class Channel:
+    """Worker thread -> event loop: items are appended under a lock and the loop is woken only
+    when its reader is waiting (one wake-up per batch, not per token)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._items: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._ready = asyncio.Event()
+        self._waiting = False
+
+    def put(self, item) -> None:
+        with self._lock:
+            self._items.append(item)
+            wake, self._waiting = self._waiting, False
+        if wake:
+            try:
+                self._loop.call_soon_threadsafe(self._ready.set)
+            except RuntimeError:   # the loop is gone: nobody is listening any more
+                pass
+
+    async def get(self) -> list:
+        """Everything put since the last call (waits for at least one item)."""
+        while True:
+            with self._lock:
+                if self._items:
+                    out = list(self._items)
+                    self._items.clear()
+                    return out
+                self._waiting = True
+                self._ready.clear()
+            await self._ready.wait()
+
+
+@dataclass
+class Job:
+    endpoint: str                   # "chat" or "completions" (the metrics' label)
+    prompt: list[int]
+    spec: RunSpec
+    channel: Channel
+    stream: bool = True             # False: only the final Done is sent back
+    id: str = field(default_factory=lambda: f"{next(_ids):06d}")
+    arrived: float = field(default_factory=time.perf_counter)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str = ""         # "cancelled" (the client left) or "shutdown"
+
+
+def _shutdown() -> ApiError:
+    return ApiError(503, "the server is shutting down", code="shutting_down")
+
+
+_OUTCOME = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopReason.MAX_TOKENS: "length",
+            StopReason.CONTEXT_FULL: "length"}
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, metrics: Metrics, live: LiveState, capacity: int):
+        self.engine, self.metrics, self.live, self.capacity = engine, metrics, live, capacity
+        self._queue: collections.deque[Job] = collections.deque()
+        self._cv = threading.Condition()
+        self._closing = False
+        self._stopped = False
+        self._current: Job | None = None
+        self.submitted = 0           # jobs accepted into the queue so far
+        self._mean_seconds = 5.0     # a running mean of request durations, for Retry-After
+        self._thread = threading.Thread(target=self._loop, name="localspec-engine", daemon=True)
+        self._thread.start()
+
+    # -- the HTTP side ----------------------------------------------------------------
+    def submit(self, job: Job) -> None:
+        """Queue a job, or refuse it: 429 with Retry-After when full, 503 when shutting down."""
+        with self._cv:
+            if self._closing:
+                raise _shutdown()
+            if len(self._queue) >= self.capacity:
+                wait = max(1, min(60, math.ceil(self._mean_seconds * (len(self._queue) + 1))))
+                raise ApiError(429, f"the queue is full ({len(self._queue)} requests waiting); retry in "
+                                    f"about {wait} s", code="queue_full", headers={"Retry-After": str(wait)})
+            self._queue.append(job)
+            self.submitted += 1
+            self._depth()
+            self._cv.notify()
+
+    def cancel(self, job: Job, reason: str = "cancelled") -> None:
+        """Stop a job: taken out of the queue, or its generation stopped at the next round."""
+        with self._cv:
+            if not job.cancel_reason:
+                job.cancel_reason = reason
+            job.cancel.set()
+            if job in self._queue:
+                self._queue.remove(job)
+                self._depth()
+                self._refused(job, _shutdown() if reason == "shutdown" else None, reason)
+
+    @property
+    def depth(self) -> int:
+        return len(self._queue)
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def current(self) -> Job | None:
+        """The job being generated."""
+        return self._current
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    # -- shutdown -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Refuse new jobs, answer the waiting ones with 503 and cancel the one generating."""
+        with self._cv:
+            self._closing = True
+            waiting = list(self._queue)
+            current = self._current
+        for job in waiting:
+            self.cancel(job, "shutdown")
+        if current is not None:
+            self.cancel(current, "shutdown")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self.close()
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+        self._thread.join(timeout)
+
+    # -- the worker ---------------------------------------------------------------------
+    def _depth(self) -> None:
+        self.metrics.queue_depth.set(len(self._queue))
+        self.live.queue(len(self._queue))
+
+    def _refused(self, job: Job, error: ApiError | None, outcome: str) -> None:
+        if error is not None:
+            job.channel.put(error)
+        self.metrics.request(job.endpoint, outcome)
+        self.live.refused(outcome)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue and not self._stopped:
+                    self._cv.wait()
+                if not self._queue:
+                    return
+                job = self._current = self._queue.popleft()
+                self._depth()
+            try:
+                self._run(job)
+            finally:
+                with self._cv:
+                    self._current = None
+
+    def _run(self, job: Job) -> None:
+        m, live, put = self.metrics, self.live, job.channel.put
+        if job.cancel.is_set():     # cancelled between leaving the queue and starting
+            self._refused(job, _shutdown(), job.cancel_reason or "cancelled")
+            return
+        m.queue_wait.observe(time.perf_counter() - job.arrived)
+        live.start(job.id, job.endpoint, job.spec.drafter.value)
+        m.busy.set(1)
+        done, ttft, stream = None, 0.0, job.stream
+        try:
+            first = True
+            for ev in self.engine.run(job.prompt, job.spec, job.cancel):
+                kind = type(ev)
+                if kind is Token:
+                    if first:
+                        first = False
+                        ttft = time.perf_counter() - job.arrived
+                        m.ttft.observe(ttft)
+                    if stream and ev.text:
+                        put(ev.text)
+                elif kind is Step:
+                    m.step(ev)
+                    live.step(ev)
+                elif kind is TextChunk and stream:
+                    put(ev.text)
+                elif kind is PromptProcessed:
+                    m.prompt_done(ev.n_tokens, ev.n_cached)
+                    live.prompt(ev.n_tokens, ev.n_cached)
+                elif kind is Done:
+                    done = ev
+            outcome, last = _OUTCOME.get(done.stop_reason) or job.cancel_reason or "cancelled", done
+        except LocalspecError as exc:    # e.g. a prompt the engine cannot take
+            outcome, last = "bad_request", ApiError(400, str(exc))
+        except Exception as exc:         # never a traceback: one line in the log, a 500 to the client
+            log.error("request %s failed: %s: %s", job.id, type(exc).__name__, exc)
+            outcome, last = "error", ApiError(500, f"generation failed: {type(exc).__name__}: {exc}")
+        # Counted before the client hears back, so what it reads next (/metrics) includes it.
+        m.busy.set(0)
+        m.request(job.endpoint, outcome)
+        s = done.summary if done is not None else None
+        live.finish(outcome, s.n_generated if s else 0, s.tokens_per_second if s else 0.0,
+                    s.drafted if s else 0, s.accepted if s else 0, ttft)
+        self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.perf_counter() - job.arrived)
+        put(last)
+        if s is not None:
+            log.info("request %s %s: %s, %d tokens at %.1f tok/s, %d/%d drafts accepted, %d prompt "
+                     "tokens (%d cached)", job.id, job.endpoint, outcome, s.n_generated, s.tokens_per_second,
+                     s.accepted, s.drafted, s.n_prompt, s.n_cached)

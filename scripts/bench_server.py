@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Benchmark: `localspec serve` against `localspec run` on the same prompt. Writes JSON.
+
+1. Speed. The same greedy generation (same pair, prompt, token count, threads) alternately
+   through `localspec run --json` (a fresh process each time, as a user runs it) and through
+   a running `localspec serve` (streamed, with the official `openai` client). Compared: the
+   engine's tok/s as each reports it (run's stats, the server's `timings`), and the tok/s the
+   client sees (tokens over the time from the first to the last streamed chunk). Medians.
+2. Time to first token through the server: a fresh question each time (no cached prefix
+   beyond the chat template's system part), measured at the client, next to the server's own
+   figure and `localspec run`'s.
+3. Throughput with N concurrent clients (different questions, all sent at once): total tokens
+   over the wall time, next to the same requests sent one after another.
+
+    python scripts/bench_server.py --demo -n 256 --runs 9 --threads 1 --out docs/bench/server-smollm2-cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import openai
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+TOPICS = ["a dragon", "the ocean", "a robot", "a city at night", "a mountain", "a library", "a storm", "a garden",
+          "a train", "the moon", "a violin", "a desert", "a river", "a clock", "a forest", "a ship"]
+
+
+def pair_args(a) -> list[str]:
+    return ["--demo"] if a.demo else ["-m", a.model, "-d", a.draft]
+
+
+def localspec(*args) -> list[str]:
+    return [sys.executable, "-m", "localspec", *args]
+
+
+def run_once(a) -> dict:
+    """`localspec run --json` in its own process."""
+    out = subprocess.run(localspec("run", *pair_args(a), "-p", PROMPT, "--chat", "--temp", "0", "-n", str(a.n),
+                                   "--json", "--threads", str(a.threads), "--ctx", str(a.ctx)),
+                         capture_output=True, text=True, check=True)
+    data = json.loads(out.stdout)
+    s = data["stats"]
+    return {"tok_s": s["tokens_per_second"], "tokens": s["n_generated"], "ttft_s": s["time_to_first_token"],
+            "text": data["text"], "acceptance": s["acceptance_rate"]}
+
+
+class Served:
+    """`localspec serve` in a subprocess on a free port."""
+
+    def __init__(self, a):
+        self.proc = subprocess.Popen(localspec("serve", *pair_args(a), "--port", "0", "--quiet", "--threads",
+                                               str(a.threads), "--ctx", str(a.ctx), "--queue", "64"),
+                                     stderr=subprocess.PIPE, text=True)
+        line = ""
+        while "serving" not in line:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise SystemExit("the server did not start")
+        self.url = re.search(r"(http://\S+)/v1", line).group(1) + "/v1"
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()   # drain
+        self.client = openai.OpenAI(base_url=self.url, api_key="none", max_retries=0, timeout=600)
+        self.model = self.client.models.list().data[0].id
+
+    def ask(self, question: str, n: int) -> dict:
+        t0 = time.perf_counter()
+        first = last = None
+        text, final = [], None
+        for ch in self.client.chat.completions.create(model=self.model, messages=[{"role": "user",
+                                                      "content": question}], temperature=0, max_tokens=n,
+                                                      stream=True):
+            now = time.perf_counter()
+            if ch.choices and ch.choices[0].delta.content:
+                first = first or now
+                last = now
+                text.append(ch.choices[0].delta.content)
+            if ch.choices and ch.choices[0].finish_reason:
+                final = ch
+        t = final.model_extra["timings"]
+        n_tok = final.usage.completion_tokens
+        return {"tok_s": t["predicted_per_second"], "tokens": n_tok,
+                "client_tok_s": (n_tok - 1) / (last - first) if last and last > first else 0.0,
+                "ttft_s": first - t0, "server_ttft_s": t["time_to_first_token_ms"] / 1000.0,
+                "wall_s": time.perf_counter() - t0, "cache_n": t["cache_n"], "prompt_n": t["prompt_n"],
+                "text": "".join(text), "acceptance": t["draft_n_accepted"] / t["draft_n"] if t["draft_n"] else 0.0}
+
+    def thread_cpu(self) -> dict[int, float]:
+        """CPU seconds of each of the server's threads (Linux /proc)."""
+        out = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+        return out
+
+    def close(self):
+        self.proc.terminate()
+        rc = self.proc.wait(60)
+        if rc != 0:
+            raise SystemExit(f"the server exited with {rc}")
+
+
+def median(xs):
+    return statistics.median(xs) if xs else 0.0
+
+
+def spread(xs):
+    """(max - min) / median: how noisy a series was."""
+    return (max(xs) - min(xs)) / statistics.median(xs) if xs and statistics.median(xs) else 0.0
+
+
+def concurrent(server: Served, questions: list[str], n: int) -> dict:
+    results = [None] * len(questions)
+
+    def one(i):
+        results[i] = server.ask(questions[i], n)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(questions))]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    tokens = sum(r["tokens"] for r in results)
+    return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall,
+            "engine_tok_s": median([r["tok_s"] for r in results]),
+            "ttft_s": sorted(r["ttft_s"] for r in results), "latency_s": sorted(r["wall_s"] for r in results)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--demo", action="store_true")
+    ap.add_argument("-m", "--model")
+    ap.add_argument("-d", "--draft")
+    ap.add_argument("-n", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=9)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--concurrent-runs", type=int, default=3)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    if not a.demo and not (a.model and a.draft):
+        ap.error("give --demo or -m TARGET -d DRAFT")
+
+    load_before = os.getloadavg()
+    server = Served(a)
+    try:
+        server.ask(PROMPT, 16)          # warm-up (and the same prompt's cache, as a chat client would have)
+        run_once(a)
+        runs, served = [], []
+        cpu_before = server.thread_cpu()
+        for i in range(a.runs):          # alternate, starting with each side in turn
+            order = (run_once, server.ask) if i % 2 == 0 else (server.ask, run_once)
+            for f in order:
+                r = f(a) if f is run_once else f(PROMPT, a.n)
+                (runs if f is run_once else served).append(r)
+            print(f"run {i + 1}/{a.runs}: run {runs[-1]['tok_s']:.1f} tok/s, serve {served[-1]['tok_s']:.1f} "
+                  f"(client {served[-1]['client_tok_s']:.1f})", file=sys.stderr)
+
+        cpu_after = server.thread_cpu()
+        used = sorted((cpu_after[t] - cpu_before.get(t, 0.0) for t in cpu_after), reverse=True)
+        # the busiest thread is the engine's (llama.cpp computes on it with --threads 1); the rest is
+        # the HTTP side: the event loop, uvicorn, the SSE chunks
+        cpu = {"engine_thread_s": used[0], "other_threads_s": sum(used[1:]),
+               "other_share_of_engine": sum(used[1:]) / used[0] if used[0] else 0.0,
+               "other_ms_per_token": 1000 * sum(used[1:]) / sum(r["tokens"] for r in served),
+               "threads": len(used)}
+        ttft = []
+        for i in range(a.runs):          # fresh questions: the prompt is decoded, not reused
+            ttft.append(server.ask(f"In two sentences, tell me about {TOPICS[i % len(TOPICS)]} "
+                                   f"(take {i}).", 8))
+        conc, seq = [], []
+        questions = [f"Write a paragraph about {TOPICS[i % len(TOPICS)]}." for i in range(a.clients)]
+        for i in range(a.concurrent_runs):    # alternate which goes first
+            for together in ((True, False) if i % 2 == 0 else (False, True)):
+                if together:
+                    conc.append(concurrent(server, questions, a.n))
+                else:
+                    t0 = time.perf_counter()
+                    one_by_one = [server.ask(q, a.n) for q in questions]
+                    wall = time.perf_counter() - t0
+                    toks = sum(r["tokens"] for r in one_by_one)
+                    seq.append({"wall_s": wall, "tokens": toks, "tok_s": toks / wall,
+                                "engine_tok_s": median([r["tok_s"] for r in one_by_one])})
+            print(f"{a.clients} clients: {conc[-1]['tok_s']:.1f} tok/s together, {seq[-1]['tok_s']:.1f} one by one "
+                  f"(engine {conc[-1]['engine_tok_s']:.1f} vs {seq[-1]['engine_tok_s']:.1f})", file=sys.stderr)
+    finally:
+        server.close()
+
+    run_tok = [r["tok_s"] for r in runs]
+    srv_tok = [r["tok_s"] for r in served]
+    cli_tok = [r["client_tok_s"] for r in served]
+    out = {
+        "what": "localspec serve vs localspec run: same pair, prompt, greedy, tokens and threads; alternating runs",
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_before": load_before, "load_average_after": os.getloadavg()},
+        "pair": "demo (SmolLM2-135M F16 target, Q4_1 draft)" if a.demo else {"target": a.model, "draft": a.draft},
+        "n_tokens": a.n, "threads": a.threads, "runs": a.runs, "prompt": PROMPT,
+        "speed": {
+            "run_tok_s": run_tok, "serve_tok_s": srv_tok, "serve_client_tok_s": cli_tok,
+            "median_run_tok_s": median(run_tok), "median_serve_tok_s": median(srv_tok),
+            "median_serve_client_tok_s": median(cli_tok),
+            "ratio_serve_vs_run": median(srv_tok) / median(run_tok),
+            "ratio_serve_client_vs_run": median(cli_tok) / median(run_tok),
+            "paired_ratios": [s / r for s, r in zip(srv_tok, run_tok)],
+            "median_paired_ratio": median([s / r for s, r in zip(srv_tok, run_tok)]),
+            "spread_run": spread(run_tok), "spread_serve": spread(srv_tok),
+            "same_text_as_run": all(s["text"] == runs[0]["text"] for s in served),
+            "acceptance_run": median([r["acceptance"] for r in runs]),
+            "acceptance_serve": median([r["acceptance"] for r in served]),
+            "server_cpu": cpu,
+        },
+        "ttft": {
+            "client_s": [r["ttft_s"] for r in ttft], "server_s": [r["server_ttft_s"] for r in ttft],
+            "prompt_n": [r["prompt_n"] for r in ttft], "cache_n": [r["cache_n"] for r in ttft],
+            "median_client_s": median([r["ttft_s"] for r in ttft]),
+            "median_server_s": median([r["server_ttft_s"] for r in ttft]),
+            "median_run_s": median([r["ttft_s"] for r in runs]),
+            "note": "run's figure decodes its whole prompt cold; the server's questions share the chat "
+                    "template's system prefix with earlier requests (cache_n)",
+        },
+        "concurrent": {
+            "clients": a.clients, "runs": conc, "one_by_one": seq,
+            "median_tok_s": median([c["tok_s"] for c in conc]),
+            "median_one_by_one_tok_s": median([s["tok_s"] for s in seq]),
+            "ratio": median([c["tok_s"] for c in conc]) / median([s["tok_s"] for s in seq]),
+            "paired_ratios": [c["tok_s"] / s["tok_s"] for c, s in zip(conc, seq)],
+            "median_engine_tok_s": median([c["engine_tok_s"] for c in conc]),
+            "median_one_by_one_engine_tok_s": median([s["engine_tok_s"] for s in seq]),
+            "median_last_client_latency_s": median([c["latency_s"][-1] for c in conc]),
+            "median_first_client_latency_s": median([c["latency_s"][0] for c in conc]),
+        },
+    }
+    text = json.dumps(out, indent=2)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(text + "\n")
+    sp, tt, cc = out["speed"], out["ttft"], out["concurrent"]
+    print(f"serve/run tok/s: {sp['ratio_serve_vs_run']:.3f} (engine), {sp['ratio_serve_client_vs_run']:.3f} "
+          f"(client); medians {sp['median_serve_tok_s']:.1f} vs {sp['median_run_tok_s']:.1f}; spread run "
+          f"{sp['spread_run']:.0%}, serve {sp['spread_serve']:.0%}; same text: {sp['same_text_as_run']}; "
+          f"median of pairs {sp['median_paired_ratio']:.3f}")
+    c = sp["server_cpu"]
+    print(f"server CPU beside the engine thread: {c['other_share_of_engine']:.1%} of it, "
+          f"{c['other_ms_per_token']:.2f} ms per token")
+    print(f"TTFT: client {tt['median_client_s'] * 1000:.0f} ms, server {tt['median_server_s'] * 1000:.0f} ms, "
+          f"run {tt['median_run_s'] * 1000:.0f} ms")
+    print(f"{a.clients} clients: {cc['median_tok_s']:.1f} tok/s together vs {cc['median_one_by_one_tok_s']:.1f} one "
+          f"by one ({cc['ratio']:.3f})")
+
+
+if __name__ == "__main__":
+    main()
