@@ -39,7 +39,7 @@ def test_near_ties_at_the_top_p_boundary():
     lower cut (or the whole vocabulary) can decide."""
     rng = np.random.default_rng(3)
     n = 20000
-    for trial in range(40):
+    for _ in range(40):
         x = (rng.standard_normal(n) - 14.0).astype(np.float32)
         x[:3] = [0.0, np.log(0.9) + rng.normal(0, 0.01), np.log(0.05)]
         cfg = SamplingConfig(temperature=1.0, top_k=0, top_p=0.95, min_p=0.04)
