@@ -447,7 +447,7 @@ class Context:
             chunk = tokens[start:start + self.n_batch]
             m = len(chunk)
             last_chunk = start + m == n
-            base = self.n_past + start
+            base = self.n_past  # the mirror holds the chunks decoded so far
             for i, t in enumerate(chunk):
                 b.token[i] = t
                 b.pos[i] = base + i
