@@ -64,7 +64,6 @@ def _timed_decode(ctx, batch):
         _inside[0] += time.thread_time() - t
 
 
-ll.llama_decode = _timed_decode
 
 
 def run(engine: Engine, prompt: list[int], spec: RunSpec) -> Done:
@@ -197,6 +196,7 @@ def main(argv=None) -> int:
                     help="llama.cpp threads (1: compute on the calling thread, for the CPU-time figure)")
     ap.add_argument("--out", default="docs/bench/overhead-cpu.json")
     args = ap.parse_args(argv)
+    ll.llama_decode = _timed_decode   # the CPU-time figure's hook (not installed on import)
     zoo = TinyZoo(Path(tempfile.mkdtemp(prefix="bench-overhead-")))
     t0 = time.time()
     result = {

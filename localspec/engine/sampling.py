@@ -145,13 +145,13 @@ def distribution(logits: np.ndarray, cfg: SamplingConfig, temperature: float | N
 def _kept(x: np.ndarray, top: float, cut: float, k: int, top_p: float, min_p: float) -> np.ndarray | None:
     """The kept ids if the candidates at or above ``cut`` decide them, else None."""
     n = x.shape[0]
-    cand = np.flatnonzero(x >= cut) if cut > -math.inf else np.arange(n)
+    cand = (x >= cut).nonzero()[0] if cut > -math.inf else np.arange(n)
     if cand.shape[0] > k:
         cand = _top_k(x, cand, k)
     below = min(k, n) - cand.shape[0]                       # top-k members under the cut
     e = np.exp(x[cand].astype(np.float64) - top)             # unnormalised untempered probabilities
     if min_p > 0.0:
-        pre = np.flatnonzero(e >= min_p)    # min-p keeps these (all above the first cut)
+        pre = (e >= min_p).nonzero()[0]     # min-p keeps these (all above the first cut)
         limit = pre.shape[0]
     else:
         pre = np.arange(cand.shape[0])
