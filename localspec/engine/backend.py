@@ -325,6 +325,7 @@ class Context:
         self._last_call = 0          # tokens in the last llama_decode call
         self._rs_used = False        # a snapshot rollback is allowed once per decode
         self.stats = RollbackStats()
+        self._views: dict[tuple, np.ndarray] = {}
         b = self._batch
         for i in range(self.n_batch):
             b.n_seq_id[i] = 1
@@ -472,10 +473,19 @@ class Context:
         if logits == "none":
             return None
         if logits == "last":
-            ptr = ll.llama_get_logits_ith(self.ptr, -1)
-            return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
-        ptr = ll.llama_get_logits(self.ptr)
-        return np.ctypeslib.as_array(ptr, shape=(want, self._n_vocab))
+            return self._view(ll.llama_get_logits_ith(self.ptr, -1), (self._n_vocab,))
+        return self._view(ll.llama_get_logits(self.ptr), (want, self._n_vocab))
+
+    def _view(self, ptr, shape: tuple[int, ...]) -> np.ndarray:
+        """A numpy view of llama.cpp's logits buffer, kept per address and shape (building
+        one costs more than a greedy step's argmax)."""
+        key = (ctypes.addressof(ptr.contents), shape)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) > 64:
+                self._views.clear()
+            view = self._views[key] = np.ctypeslib.as_array(ptr, shape=shape)
+        return view
 
     def _after_failure(self) -> None:
         """A failed llama_decode may leave part of its batch in the memory (ubatches it
