@@ -122,6 +122,26 @@ class TinySpec:
 
 
 def _weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
+    w = _base_weights(spec, n_vocab - spec.extra_tokens)
+    if spec.extra_tokens:
+        # Extra tokens (like the padding ids of a larger vocabulary) get rows of their own,
+        # drawn apart, so the model agrees with its base on every shared id.
+        rng = np.random.default_rng(50_000 + spec.seed)
+        e, x = spec.n_embd, spec.extra_tokens
+        w["token_embd.weight"] = np.concatenate(
+            [w["token_embd.weight"], rng.standard_normal((x, e)).astype(np.float32)])
+        extra_out = (rng.standard_normal((x, e)) * spec.scale * 4.0 / np.sqrt(e)).astype(np.float32)
+        w["output.weight"] = np.concatenate([w["output.weight"], extra_out])
+    if spec.noise:
+        add_weight_noise(w, spec.noise, spec.noise_seed)
+    if spec.bigram_seed:
+        w["output.weight"] = bigram_output(w["token_embd.weight"], spec.bigram_seed, spec.scale)
+    if spec.blind_output:
+        w["output_norm.weight"] = np.zeros(spec.n_embd, dtype=np.float32)
+    return w
+
+
+def _base_weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(spec.seed)
     e, f = spec.n_embd, spec.n_ff
     kv = e // spec.n_head * spec.n_head_kv
@@ -145,12 +165,6 @@ def _weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
     w["output.weight"] = lin(n_vocab, e, gain=spec.scale * 4.0)
     # Token 0 (<|endoftext|>) never wins for the target: its output row is zero.
     w["output.weight"][0, :] = 0.0
-    if spec.noise:
-        add_weight_noise(w, spec.noise, spec.noise_seed)
-    if spec.bigram_seed:
-        w["output.weight"] = bigram_output(w["token_embd.weight"], spec.bigram_seed, spec.scale)
-    if spec.blind_output:
-        w["output_norm.weight"] = np.zeros(e, dtype=np.float32)
     return w
 
 

@@ -321,9 +321,11 @@ class Context:
                          else Rollback.RS if self.rs_depth > 0 else Rollback.CHECKPOINT)
         self.checkpoints: dict[int, ctypes.Array] = {}
         self.max_checkpoints = 64
+        self.pinned: int | None = None  # a checkpoint kept while newer ones come and go
         self._last_call = 0          # tokens in the last llama_decode call
         self._rs_used = False        # a snapshot rollback is allowed once per decode
         self.stats = RollbackStats()
+        self._views: dict[tuple, np.ndarray] = {}
         b = self._batch
         for i in range(self.n_batch):
             b.n_seq_id[i] = 1
@@ -355,6 +357,10 @@ class Context:
             del self.tokens[n:]
             self._forget_after(n)
             return n
+        return self._restore(n)
+
+    def _restore(self, n: int) -> int:
+        """Go back to the latest checkpoint at or before ``n`` (or start over)."""
         keys = [k for k in self.checkpoints if k <= n]
         if not keys:
             return self._restart()
@@ -363,6 +369,7 @@ class Context:
         t0 = time.perf_counter()
         done = ll.llama_state_seq_set_data_ext(self.ptr, buf, len(buf), 0, STATE_PARTIAL)
         ok = done == len(buf) and ll.llama_memory_seq_rm(self.mem, 0, k, -1)
+        ll.llama_synchronize(self.ptr)
         self.stats.seconds += time.perf_counter() - t0
         if not ok:
             return self._restart()
@@ -371,15 +378,21 @@ class Context:
         self._forget_after(k)
         return k
 
-    def mark(self) -> None:
+    def mark(self, *, pin: bool = False) -> None:
         """Save the sequence state at the current position, so :meth:`truncate` can come
-        back to it (only recurrent and hybrid models need this; it is a no-op otherwise)."""
-        if self.rollback is Rollback.KV or self.n_past in self.checkpoints:
+        back to it (only recurrent and hybrid models need this; it is a no-op otherwise).
+        ``pin`` keeps this one (the end of a prompt) while later checkpoints are evicted."""
+        if self.rollback is Rollback.KV:
+            return
+        if pin:
+            self.pinned = self.n_past
+        if self.n_past in self.checkpoints:
             return
         t0 = time.perf_counter()
         size = ll.llama_state_seq_get_size_ext(self.ptr, 0, STATE_PARTIAL)
         buf = (ctypes.c_uint8 * size)()
         got = ll.llama_state_seq_get_data_ext(self.ptr, buf, size, 0, STATE_PARTIAL)
+        ll.llama_synchronize(self.ptr)
         self.stats.seconds += time.perf_counter() - t0
         if got != size:  # pragma: no cover - defensive
             return
@@ -388,24 +401,26 @@ class Context:
         self.stats.last_bytes = size
         self.checkpoints[self.n_past] = buf
         while len(self.checkpoints) > self.max_checkpoints:
-            del self.checkpoints[min(self.checkpoints)]
+            del self.checkpoints[min(k for k in self.checkpoints if k != self.pinned)]
 
     def _forget_after(self, n: int) -> None:
         for k in [k for k in self.checkpoints if k > n]:
             del self.checkpoints[k]
+        if self.pinned is not None and self.pinned > n:
+            self.pinned = None
 
     def _restart(self) -> int:
         """No way back to the wanted position: start the sequence over."""
         ll.llama_memory_clear(self.mem, True)
         self.stats.restarts += 1
-        self.tokens = []
-        self.checkpoints.clear()
+        self.clear()
         return 0
 
     def clear(self) -> None:
         ll.llama_memory_clear(self.mem, True)
         self.tokens = []
         self.checkpoints.clear()
+        self.pinned = None
 
     def decode(self, tokens: list[int], *, logits: str = "last") -> np.ndarray | None:
         """Append ``tokens`` to the sequence and decode them.
@@ -433,7 +448,7 @@ class Context:
             chunk = tokens[start:start + self.n_batch]
             m = len(chunk)
             last_chunk = start + m == n
-            base = self.n_past + start
+            base = self.n_past  # the mirror holds the chunks decoded so far
             for i, t in enumerate(chunk):
                 b.token[i] = t
                 b.pos[i] = base + i
@@ -443,23 +458,46 @@ class Context:
             b.n_tokens = m
             t0 = time.perf_counter()
             rc = ll.llama_decode(self.ptr, b)
+            # llama_decode may return before an asynchronous (GPU) backend has finished:
+            # wait, so that the time is the decode's and the next timed region starts clean.
+            ll.llama_synchronize(self.ptr)
             self.decode_seconds += time.perf_counter() - t0
             self._last_call = m
             self._rs_used = False
             if rc != 0:
-                # Keep the mirror in line with what the cache holds.
-                self.truncate(self.n_past + start)
+                self._after_failure()
                 why = last_log_error()
                 raise LocalspecError(f"llama_decode failed (code {rc}){': ' + why if why else ''}")
+            self.tokens.extend(chunk)  # the mirror follows the cache chunk by chunk
             start += m
-        self.tokens.extend(tokens)
         if logits == "none":
             return None
         if logits == "last":
-            ptr = ll.llama_get_logits_ith(self.ptr, -1)
-            return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
-        ptr = ll.llama_get_logits(self.ptr)
-        return np.ctypeslib.as_array(ptr, shape=(want, self._n_vocab))
+            return self._view(ll.llama_get_logits_ith(self.ptr, -1), (self._n_vocab,))
+        return self._view(ll.llama_get_logits(self.ptr), (want, self._n_vocab))
+
+    def _view(self, ptr, shape: tuple[int, ...]) -> np.ndarray:
+        """A numpy view of llama.cpp's logits buffer, kept per address and shape (building
+        one costs more than a greedy step's argmax)."""
+        key = (ctypes.addressof(ptr.contents), shape)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) > 64:
+                self._views.clear()
+            view = self._views[key] = np.ctypeslib.as_array(ptr, shape=shape)
+        return view
+
+    def _after_failure(self) -> None:
+        """A failed llama_decode may leave part of its batch in the memory (ubatches it
+        processed before the error): remove what the mirror does not hold, so the cache and
+        ``tokens`` agree and the next decode works."""
+        n = len(self.tokens)
+        if int(ll.llama_memory_seq_pos_max(self.mem, 0)) + 1 <= n:
+            return
+        if self.rollback is Rollback.KV and ll.llama_memory_seq_rm(self.mem, 0, n, -1):
+            return
+        # A recurrent state cannot drop a tail: go back to a checkpoint (or start over).
+        self._restore(n)
 
     def close(self) -> None:
         if getattr(self, "ptr", None):

@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from .backend import Context
-from .sampling import Dist, SamplingConfig, distribution
+from .sampling import Dist, SamplingConfig, distribution, top_probability
 
 
 @dataclass
@@ -55,8 +55,14 @@ class Drafter(Protocol):
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two sequences share (list comparisons run in C: a 32K-token
+    prompt takes a fraction of a millisecond, not a Python loop's milliseconds)."""
     n = min(len(a), len(b))
-    i = 0
+    if a[:n] == b[:n]:
+        return n
+    i, step = 0, 256
+    while i + step <= n and a[i:i + step] == b[i:i + step]:
+        i += step
     while i < n and a[i] == b[i]:
         i += 1
     return i
@@ -84,48 +90,68 @@ class ModelDrafter:
     before it can draft again. Past ``max_catchup`` missing tokens it restarts instead from
     the last ``window`` tokens only (at positions 0..window-1), which bounds the cost of
     coming back; a new prompt (``prefill``) always gives it the whole context again.
+
+    Per-round work does not grow with the context: within a generation the context only
+    grows, so the drafter remembers how much of it its cache holds (``_known``) and compares
+    only the few tokens after that. Vocabularies may differ in size (by up to 128 tokens in a
+    compatible pair): the draft never proposes an id the target lacks (``n_vocab_target``),
+    and a target token the draft lacks is fed to the draft as a stand-in.
     """
 
     name = "model"
     deterministic = False
 
-    def __init__(self, ctx: Context, max_catchup: int = 64, window: int = 32):
+    def __init__(self, ctx: Context, max_catchup: int = 64, window: int = 32,
+                 n_vocab_target: int | None = None):
         self.ctx = ctx
         self.max_catchup = max_catchup
         self.window = window
         self.offset = 0                 # the cache holds context[offset:]
-        self._skipped: list[int] = []   # context[:offset] when the window was cut
+        self._known = 0                 # context[offset:offset + _known] is in the cache
         self._eog = ctx.model.eog_mask
+        n_draft = ctx.model.n_vocab
+        self._n_out = min(n_draft, n_vocab_target or n_draft)   # ids the draft may propose
+        self._n_in = n_draft                                     # ids the draft can read
+        self._may_lack = (n_vocab_target or n_draft) > n_draft   # the target has ids it lacks
+        self._stand_in = max(0, ctx.model.eos) if ctx.model.eos < n_draft else 0
 
-    def _view(self, context: list[int]) -> list[int]:
-        if self.offset and (len(context) < self.offset or context[:self.offset] != self._skipped):
-            self.offset, self._skipped = 0, []
-            self.ctx.clear()
-        return context[self.offset:] if self.offset else context
+    def _map(self, tokens: list[int]) -> list[int]:
+        """The tokens as the draft can decode them (ids it lacks become its stand-in)."""
+        n = self._n_in
+        if not self._may_lack or not tokens or max(tokens) < n:
+            return tokens
+        return [t if t < n else self._stand_in for t in tokens]
 
     def _sync(self, context: list[int]) -> tuple[np.ndarray, int]:
-        """Bring the cache to ``context``; return the logits after its last token and how
-        many tokens that took."""
+        """Bring the cache to ``context`` (an extension of the last one); return the logits
+        after its last token and how many tokens that took."""
         ctx = self.ctx
-        view = self._view(context)
-        n = min(_common_prefix(ctx.tokens, view), len(view) - 1)
-        if len(view) - n > self.max_catchup and len(context) > self.window:
+        view_len = len(context) - self.offset
+        known = min(self._known, view_len, len(ctx.tokens))
+        tail = self._map(context[self.offset + known:])
+        n = min(known + _common_prefix(ctx.tokens[known:], tail), view_len - 1)
+        if view_len - n > self.max_catchup and len(context) > self.window:
             self.offset = len(context) - self.window
-            self._skipped = context[:self.offset]
-            view = context[self.offset:]
+            view_len = self.window
             n = 0
         n = ctx.truncate(n)  # a recurrent state may only go back to a checkpoint
-        return ctx.decode(view[n:], logits="last"), len(view) - n
+        todo = self._map(context[self.offset + n:])
+        self._known = view_len
+        return ctx.decode(todo, logits="last"), len(todo)
 
     def prefill(self, tokens: list[int]) -> None:
-        """Decode a prompt (all but its last token, which each draft starts from)."""
+        """Decode a prompt (all but its last token, which each draft starts from); the one
+        full comparison with what the cache holds happens here, once per prompt."""
         ctx = self.ctx
         if self.offset:
-            self.offset, self._skipped = 0, []
+            self.offset = 0
             ctx.clear()
-        n = ctx.truncate(_common_prefix(ctx.tokens, tokens[:-1]))
-        if len(tokens) - 1 > n:
-            ctx.decode(tokens[n:-1], logits="none")
+        head = self._map(tokens[:-1])
+        n = ctx.truncate(_common_prefix(ctx.tokens, head))
+        if len(head) > n:
+            ctx.decode(head[n:], logits="none")
+        ctx.mark(pin=True)  # a recurrent draft comes back here for a re-rendered prompt
+        self._known = len(head)
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
         """Up to ``k`` tokens after ``context``. ``gate(position, top_probability)`` is asked
@@ -142,12 +168,15 @@ class ModelDrafter:
         dists: list[Dist] = []
         confidence: list[float] = []
         greedy = cfg.greedy
+        n_out = self._n_out
         for i in range(k):
+            if n_out < logits.shape[0]:
+                logits = logits[:n_out]   # never propose an id the target lacks
             top = 1.0
             if greedy:
                 tok = int(np.argmax(logits))
                 if gate is not None:
-                    top = float(1.0 / np.exp(logits - logits[tok]).sum())
+                    top = top_probability(logits)
                 dist = Dist.onehot(tok)
             else:
                 dist = distribution(logits, cfg)
@@ -161,7 +190,11 @@ class ModelDrafter:
             confidence.append(top)
             if i == k - 1 or self._eog[tok]:
                 break
-            self.ctx.mark()  # a recurrent draft may have to come back here (no-op otherwise)
+            if i == 0:
+                # One checkpoint per round, where drafting starts: a recurrent draft comes
+                # back to it and decodes what the target kept in one batch, instead of
+                # saving its state before every draft token (a no-op for a KV cache).
+                self.ctx.mark()
             logits = self.ctx.decode([tok], logits="last")
             steps += 1
         return Draft(tokens, dists, time.perf_counter() - t0, steps, synced, t_sync, confidence)
@@ -183,9 +216,16 @@ class NgramDrafter:
         self._seen: list[int] = []
         self._index: dict[tuple[int, ...], int] = {}
 
-    def _rebuild(self, context: list[int]) -> None:
-        keep = _common_prefix(self._seen, context)
-        if keep < len(self._seen):
+    def _rebuild(self, context: list[int], *, check: bool) -> None:
+        """Index the tokens of ``context`` not seen yet. ``check``: compare the whole
+        context with what was indexed (a new prompt); otherwise it is an extension of the
+        last one, and only its end is checked."""
+        seen = self._seen
+        if check:
+            same = _common_prefix(seen, context) == len(seen)
+        else:
+            same = len(context) >= len(seen) and (not seen or context[len(seen) - 1] == seen[-1])
+        if not same:
             self._seen = []
             self._index = {}
         for tok in context[len(self._seen):]:
@@ -197,11 +237,11 @@ class NgramDrafter:
                     self._index[tuple(self._seen[s:end])] = s
 
     def prefill(self, tokens: list[int]) -> None:
-        self._rebuild(tokens)
+        self._rebuild(tokens, check=True)
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
         t0 = time.perf_counter()
-        self._rebuild(context)
+        self._rebuild(context, check=False)
         seen = self._seen
         out: list[int] = []
         if k > 0:

@@ -84,7 +84,8 @@ class Engine:
             self.draft_model = Model(config.draft, gpu_layers=gl)
             self.draft_ctx = Context(self.draft_model, n_ctx=config.n_ctx, threads=threads,
                                      n_batch=config.n_batch, cache_type=config.cache_type)
-            self._generators[DrafterKind.MODEL] = Generator(self.target_ctx, ModelDrafter(self.draft_ctx))
+            self._generators[DrafterKind.MODEL] = Generator(
+                self.target_ctx, ModelDrafter(self.draft_ctx, n_vocab_target=self.target_model.n_vocab))
         self._lock = threading.Lock()
 
     # -- prompts ----------------------------------------------------------------------

