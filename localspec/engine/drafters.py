@@ -80,25 +80,50 @@ class NoDrafter:
 class ModelDrafter:
     """Drafts with a small model that shares the target's tokenizer.
 
-    After a long pause in drafting the draft would have to decode every token it missed
-    before it can draft again. Past ``max_catchup`` missing tokens it restarts instead from
-    the last ``window`` tokens only (at positions 0..window-1), which bounds the cost of
-    coming back; a new prompt (``prefill``) always gives it the whole context again.
+    After a long pause in drafting the draft has to decode every token it missed before it
+    can draft again. It does so when that is cheap: up to ``max_catchup`` tokens, or more
+    when its measured batch cost says catching up costs no more than ``catchup_steps``
+    one-token decodes. Otherwise it restarts from the last ``window`` tokens only (at
+    positions 0..window-1), which bounds the cost of coming back; a new prompt (``prefill``)
+    always gives it the whole context again.
     """
 
     name = "model"
     deterministic = False
 
-    def __init__(self, ctx: Context, max_catchup: int = 64, window: int = 32):
+    def __init__(self, ctx: Context, max_catchup: int = 64, window: int = 32, catchup_steps: float = 16.0):
         self.ctx = ctx
         self.max_catchup = max_catchup
         self.window = window
+        self.catchup_steps = catchup_steps
         self.offset = 0                 # the cache holds context[offset:]
         self._skipped: list[int] = []   # context[:offset] when the window was cut
         self._eog = ctx.model.eog_mask
+        self._per_token: float | None = None   # measured seconds per token of a catch-up batch
+        self._per_step: float | None = None    # measured seconds of a one-token decode
+
+    # -- re-sync rule (issue 14): catch up fully when the measured cost says it is cheap ---
+    def _cheap_catchup(self, missing: int) -> bool:
+        """Whether decoding ``missing`` tokens to re-read the whole context costs no more than
+        ``catchup_steps`` one-token draft decodes (from measured costs; a batch decodes many
+        tokens for little more than one). Otherwise the draft restarts from ``window`` tokens."""
+        if missing <= self.max_catchup:
+            return True
+        if self._per_token is None or self._per_step is None:
+            return False
+        return missing * self._per_token <= self.catchup_steps * self._per_step
+
+    def _measured(self, synced: int, t_sync: float, steps: int, seconds: float) -> None:
+        if synced > 8:
+            per = t_sync / synced
+            self._per_token = per if self._per_token is None else self._per_token + 0.3 * (per - self._per_token)
+        if steps > 1:
+            per = (seconds - t_sync) / (steps - 1)
+            self._per_step = per if self._per_step is None else self._per_step + 0.3 * (per - self._per_step)
 
     def _view(self, context: list[int]) -> list[int]:
-        if self.offset and (len(context) < self.offset or context[:self.offset] != self._skipped):
+        if self.offset and (len(context) < self.offset or context[:self.offset] != self._skipped
+                            or self._cheap_catchup(len(context))):   # cheap now: re-read it all
             self.offset, self._skipped = 0, []
             self.ctx.clear()
         return context[self.offset:] if self.offset else context
@@ -109,7 +134,7 @@ class ModelDrafter:
         ctx = self.ctx
         view = self._view(context)
         n = min(_common_prefix(ctx.tokens, view), len(view) - 1)
-        if len(view) - n > self.max_catchup and len(context) > self.window:
+        if len(context) > self.window and not self._cheap_catchup(len(view) - n):
             self.offset = len(context) - self.window
             self._skipped = context[:self.offset]
             view = context[self.offset:]
@@ -125,7 +150,9 @@ class ModelDrafter:
             ctx.clear()
         n = ctx.truncate(_common_prefix(ctx.tokens, tokens[:-1]))
         if len(tokens) - 1 > n:
+            t0 = time.perf_counter()
             ctx.decode(tokens[n:-1], logits="none")
+            self._measured(len(tokens) - 1 - n, time.perf_counter() - t0, 0, 0.0)
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
         """Up to ``k`` tokens after ``context``. ``gate(position, top_probability)`` is asked
@@ -164,7 +191,9 @@ class ModelDrafter:
             self.ctx.mark()  # a recurrent draft may have to come back here (no-op otherwise)
             logits = self.ctx.decode([tok], logits="last")
             steps += 1
-        return Draft(tokens, dists, time.perf_counter() - t0, steps, synced, t_sync, confidence)
+        seconds = time.perf_counter() - t0
+        self._measured(synced, t_sync, steps, seconds)
+        return Draft(tokens, dists, seconds, steps, synced, t_sync, confidence)
 
     def close(self) -> None:
         self.ctx.close()
@@ -212,7 +241,9 @@ class NgramDrafter:
                 if s is not None:
                     out = seen[s + n:s + n + k]
                     break
-        return Draft(out, None, time.perf_counter() - t0, 0)
+        seconds = time.perf_counter() - t0
+        # One lookup is its one step: the policy learns its cost and acceptance from it.
+        return Draft(out, None, seconds, 1, 0, seconds)
 
     def close(self) -> None:
         pass
