@@ -46,8 +46,10 @@ _RESUME_WEIGHT = 8.0     # acceptance evidence kept when drafting resumes (fresh
 _MIN_AFTER_RESUME = 4    # drafting rounds after a resume before acceptance alone may pause it
 _MOVE_MARGIN = 0.02      # a new K must be predicted this much faster to move there
 _RESUME_MARGIN = 0.03    # a probe must predict this much gain to resume drafting
-_EARLY_PLAIN = (1, 3)    # rounds that measure the plain target step when it is not known
-_REFRESH_EVERY = 24      # drafting rounds between plain-step measurements
+_REFRESH_BUDGET = 0.005  # plain steps that refresh the target step's cost: this share of the time
+_REFRESH_FIRST = 0.02    # ... while it has fewer than three samples
+_REFRESH_MIN = 12        # drafting rounds between plain-step measurements, at least
+_REFRESH_MAX = 400
 _WINDOW = 16             # samples kept per cost
 _PROBE_K = 4             # a probe drafts at least this many tokens
 _PROBE_MIN = 8
@@ -451,13 +453,20 @@ class AdaptivePolicy:
         return self._k
 
     def _multi_sampled_c1(self) -> bool:
-        """Whether the plain step is measured well enough not to spend a round on it now."""
+        """Whether the plain step is measured well enough not to spend a round on it now: once
+        it is known, a plain step (it costs what drafting would have gained in its time) comes
+        only as often as keeps those costs under a small share of the time."""
         s = self._verify.get(1)
         if s is None or (s.n == 0 and s.prior is None):
             return False
-        if s.n < len(_EARLY_PLAIN) and s.prior is None:
-            return self._round not in _EARLY_PLAIN
-        return self._since_plain < _REFRESH_EVERY
+        best = self._curve().get(self._k)
+        if not best:
+            return True
+        tokens, seconds = best
+        lost = max(s.value - seconds / tokens, 0.0)   # a plain step instead of a drafted token
+        budget = _REFRESH_FIRST if s.n < 3 and s.prior is None else _REFRESH_BUDGET
+        every = lost / (budget * seconds) if seconds > 0 else _REFRESH_MIN
+        return self._since_plain < min(max(every, _REFRESH_MIN), _REFRESH_MAX)
 
     def observe(self, r: Step) -> str | None:
         """Learn from a finished round; return a sentence when drafting turns on or off."""
@@ -482,13 +491,15 @@ class AdaptivePolicy:
             return note   # nothing to decide yet, or paused between probes
         was = self.drafting
         if was:
-            _, hi, cost_only = self._bounds()
             k_best, s_best = self._best()
             s_now = self.speedup(self._k) or 0.0
             if k_best != self._k and s_best > s_now * (1 + _MOVE_MARGIN):
                 self._k = k_best
                 s_now = s_best
             self.predicted_speedup = s_now
+            # The optimistic bound is above the expected speed-up: only a loss expected at
+            # every K needs it worked out.
+            hi, cost_only = self._bounds()[1:] if s_best < 1.0 else (s_best, s_best)
             # Acceptance alone needs a few fresh rounds; costs alone need two drafting rounds
             # (a first round may be slow for reasons of its own).
             pause = hi < 1.0 and (self._since_resume >= _MIN_AFTER_RESUME
@@ -537,7 +548,7 @@ class AdaptivePolicy:
         if r.draft_steps > 1:
             self._multi = True
             self._step.add((r.draft_seconds - r.sync_seconds) / (r.draft_steps - 1))
-        if r.sync_tokens <= 2:
+        if r.sync_tokens <= 4:   # a short catch-up costs about one decode
             self._sync.add(r.sync_seconds if r.sync_seconds > 0 else r.draft_seconds / r.draft_steps)
         elif self._sync.value is not None:
             per = max(r.sync_seconds - self._sync.value, 0.0) / (r.sync_tokens - 1)
