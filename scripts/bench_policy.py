@@ -136,6 +136,35 @@ def run_pair(name: str, target: str, draft: str, args, log) -> dict:
             "cells": cells}
 
 
+def markdown(paths: list[str]) -> str:
+    """Tables of one or more result files: per pair, prompt and length, the medians (tok/s) and
+    the verdicts."""
+    lines = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        for pair in data["pairs"]:
+            cells = pair["cells"]
+            names = list(cells[0]["settings"])
+            chain = "chain_vs_better" in cells[0]
+            head = ["prompt", "n"] + names + ["default / best (range)"] + (["chain / better"] if chain else [])
+            lines += [f"\n{pair['pair']} ({Path(path).name}, {data['runs']} runs, threads {data['threads']}; "
+                      f"cold default {pair['cold_default']['tok_s']:.1f} tok/s)\n",
+                      "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            for c in cells:
+                st = c["settings"]
+                row = [c["prompt"], str(c["n"])]
+                spread = data["runs"] > 1
+                row += [f"{st[s]['tok_s']:.1f}" + (f" ({st[s]['min']:.0f}-{st[s]['max']:.0f})" if spread else "")
+                        for s in names]
+                lo, hi = c["default_vs_best_range"]
+                mark = "" if c["meets_0_97"] else " ✗"
+                row.append(f"**{c['default_vs_best']:.3f}**{mark} ({lo:.2f}-{hi:.2f})")
+                if chain:
+                    row.append(f"{c['chain_vs_better']:.3f}" + ("" if c["chain_meets"] else " ✗"))
+                lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines).lstrip("\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", nargs="*", default=["demo", "pays", "loses"], choices=["demo", "pays", "loses"])
@@ -149,7 +178,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-chain", action="store_true")
     ap.add_argument("--models", default=str(ROOT / ".cache" / "bench_policy"), help="where generated pairs go")
     ap.add_argument("--out", default=str(ROOT / "docs" / "bench" / "policy.json"))
+    ap.add_argument("--table", nargs="+", metavar="JSON", help="print Markdown tables of result files and exit")
     args = ap.parse_args(argv)
+    if args.table:
+        print(markdown(args.table))
+        return 0
     t0 = time.time()
 
     def log(msg: str) -> None:

@@ -135,3 +135,33 @@ def test_chain_flag(tiny_target, tiny_draft):
     assert len(bad.stderr.strip().splitlines()) == 1
     nodraft = run_cli("run", "-m", str(tiny_target), "--chain", "-p", "x", "-n", "4")
     assert nodraft.returncode != 0 and "draft model" in nodraft.stderr
+
+
+def test_draft_catches_up_fully_when_its_measured_cost_says_it_is_cheap(tiny_draft):
+    """After a long pause the draft model re-reads everything it missed when catching up costs
+    no more than a few of its own decodes (measured), and only a window otherwise."""
+    import numpy as np
+
+    from localspec.engine.backend import Context, Model
+    from localspec.engine.drafters import ModelDrafter
+
+    model = Model(str(tiny_draft), gpu_layers=0)
+    try:
+        prompt = [int(t) for t in np.random.default_rng(0).integers(5, 200, 120)]
+        missed = [int(t) for t in np.random.default_rng(1).integers(5, 200, 150)]
+        for steps, full in ((1e6, True), (0.0, False)):
+            ctx = Context(model, n_ctx=1024, threads=1)
+            d = ModelDrafter(ctx, catchup_steps=steps)
+            d.prefill(prompt)                       # a batch: its cost per token is measured
+            d.draft(prompt, 4, GREEDY, None)        # one-token decodes: their cost is measured
+            assert d._per_token is not None and d._per_step is not None
+            out = d.draft(prompt + missed, 4, GREEDY, None)   # 150 tokens behind
+            assert out.tokens
+            if full:
+                assert d.offset == 0 and ctx.tokens[:len(prompt)] == prompt
+                assert out.sync_tokens >= len(missed)
+            else:
+                assert d.offset > 0 and out.sync_tokens == d.window
+            ctx.close()
+    finally:
+        model.close()
