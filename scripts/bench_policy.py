@@ -85,7 +85,7 @@ def summary(rows: list[dict]) -> dict:
             "pauses": max(r["pauses"] for r in rows), "tokens": rows[0]["tokens"]}
 
 
-def run_pair(name: str, target: str, draft: str, args, log) -> dict:
+def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: None) -> dict:
     chat = name == "demo"
     chain = name == "demo" and not args.no_chain
     specs = settings(args.ks, chain)
@@ -97,9 +97,11 @@ def run_pair(name: str, target: str, draft: str, args, log) -> dict:
     first = encoded[prompts[0]["id"]]
     cold = one(engine, first, DEFAULT.with_(max_tokens=min(args.lengths)))    # nothing learned yet
     log(f"{name}: cold default {cold['tok_s']:.1f} tok/s")
+    entry = {"pair": name, "target": target, "draft": draft, "chat_template": chat, "cold_default": cold,
+             "cells": []}
+    cells = entry["cells"]
     for spec in specs.values():                                              # warm-up, excluded
         one(engine, first, spec.with_(max_tokens=16))
-    cells = []
     for n in args.lengths:
         for p in prompts:
             rows: dict[str, list] = {s: [] for s in specs}
@@ -128,12 +130,19 @@ def run_pair(name: str, target: str, draft: str, args, log) -> dict:
                 cell["chain_meets"] = cell["chain_vs_better"] >= need
                 cell["chain_vs_model"] = st["ngram+model"]["tok_s"] / st["default"]["tok_s"]
             cells.append(cell)
+            save(entry)   # every finished cell survives an interruption
             log(f"{name} n={n} {p['id']}: " + ", ".join(f"{s} {v['tok_s']:.1f}" for s, v in st.items())
                 + f" -> default/best {cell['default_vs_best']:.3f}"
                 + (f", chain/better {cell['chain_vs_better']:.3f}" if chain else ""))
     engine.close()
-    return {"pair": name, "target": target, "draft": draft, "chat_template": chat, "cold_default": cold,
-            "cells": cells}
+    return entry
+
+
+def paired(cell: dict, a: str, b: str) -> float:
+    """Median over repetitions of a's tok/s over b's in the same repetition: the runs of one
+    repetition are minutes apart at most, so a slow spell of the machine hits both."""
+    ra, rb = cell["settings"][a]["runs"], cell["settings"][b]["runs"]
+    return statistics.median(x / y for x, y in zip(ra, rb))
 
 
 def markdown(paths: list[str]) -> str:
@@ -146,7 +155,8 @@ def markdown(paths: list[str]) -> str:
             cells = pair["cells"]
             names = list(cells[0]["settings"])
             chain = "chain_vs_better" in cells[0]
-            head = ["prompt", "n"] + names + ["default / best (range)"] + (["chain / better"] if chain else [])
+            head = ["prompt", "n"] + names + ["default / best (range)", "paired"] + (
+                ["chain / better", "chain / model"] if chain else [])
             lines += [f"\n{pair['pair']} ({Path(path).name}, {data['runs']} runs, threads {data['threads']}; "
                       f"cold default {pair['cold_default']['tok_s']:.1f} tok/s)\n",
                       "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -159,8 +169,10 @@ def markdown(paths: list[str]) -> str:
                 lo, hi = c["default_vs_best_range"]
                 mark = "" if c["meets_0_97"] else " ✗"
                 row.append(f"**{c['default_vs_best']:.3f}**{mark} ({lo:.2f}-{hi:.2f})")
+                row.append(f"{paired(c, 'default', c['best']):.3f}")
                 if chain:
                     row.append(f"{c['chain_vs_better']:.3f}" + ("" if c["chain_meets"] else " ✗"))
+                    row.append(f"{c['chain_vs_model']:.3f}")
                 lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines).lstrip("\n")
 
@@ -202,9 +214,14 @@ def main(argv=None) -> int:
             t, d = (str(x) for x in demo_pair(progress=log))
         else:
             t, d = generated_pair(Path(args.models), name)
-        out["pairs"].append(run_pair(name, t, d, args, log))
-        out["seconds"] = round(time.time() - t0, 1)
-        path.write_text(json.dumps(out, indent=1))   # partial results survive an interruption
+        out["pairs"].append(None)
+
+        def save(entry):
+            out["pairs"][-1] = entry
+            out["seconds"] = round(time.time() - t0, 1)
+            path.write_text(json.dumps(out, indent=1))
+
+        save(run_pair(name, t, d, args, log, save))
     cells = [c for p in out["pairs"] for c in p["cells"]]
     out["summary"] = {
         "cells": len(cells),

@@ -415,10 +415,10 @@ class AdaptivePolicy:
             cost_only = max(cost_only, self.speedup(k, alpha=1.0, optimistic=True) or 0.0)
         return exp, hi, cost_only
 
-    def _probe_interval(self, k: int, early: bool = True) -> int:
+    def _probe_interval(self, k: int) -> int:
         """Tokens between probes so that probing costs at most ``probe_budget`` of the time;
-        early in a generation (``early``), at most the tokens so far when better acceptance
-        could make drafting pay (then finding out soon is worth more than the budget)."""
+        early in a generation, at most the tokens so far when better acceptance could make
+        drafting pay (then finding out soon is worth more than the budget)."""
         c1 = self.verify_cost(1)
         pr = self.predict(k)
         if not c1 or not pr:
@@ -426,7 +426,7 @@ class AdaptivePolicy:
         catch = self._catchup if self._catchup is not None else 0.5 * (self._sync.value or 0.0)
         extra = catch * _CATCHUP_WINDOW + pr[1] - pr[0] * c1
         tokens = extra / (self.probe_budget * c1) if extra > 0 else _PROBE_MIN
-        if early and (self.speedup(k, alpha=1.0) or 0.0) > 1.0:
+        if (self.speedup(k, alpha=1.0) or 0.0) > 1.0:
             tokens = min(tokens, max(_PROBE_MIN, self._tokens))
         return int(min(max(tokens, _PROBE_MIN), _PROBE_MAX))
 
@@ -448,11 +448,11 @@ class AdaptivePolicy:
                 self.probe = True
                 return max(self._k, min(_PROBE_K, self.draft_max))
             return 0
-        if self._round and not self._multi_sampled_c1():
+        if self._round and not self._plain_step_known():
             return 0                      # measure the plain target step (again)
         return self._k
 
-    def _multi_sampled_c1(self) -> bool:
+    def _plain_step_known(self) -> bool:
         """Whether the plain step is measured well enough not to spend a round on it now: once
         it is known, a plain step (it costs what drafting would have gained in its time) comes
         only as often as keeps those costs under a small share of the time."""
@@ -472,8 +472,15 @@ class AdaptivePolicy:
         """Learn from a finished round; return a sentence when drafting turns on or off."""
         self._round += 1
         self._tokens += r.emitted
-        self._verify.setdefault(r.verify_batch, _Samples()).add(r.verify_seconds)
+        samples = self._verify.get(r.verify_batch)
+        if samples is None:
+            samples = self._verify[r.verify_batch] = _Samples()
+        samples.add(r.verify_seconds)
         self._points, self._curves = {}, {}
+        if not self.drafting and not r.probe:   # paused between probes: nothing to decide
+            self._since_probe += r.emitted
+            note, self._note = self._note, None
+            return note
         if r.verify_batch == 1:
             self._since_plain = 0
         elif self.drafting:
@@ -484,11 +491,9 @@ class AdaptivePolicy:
             self._learn_acceptance(r)
             if self.drafting:
                 self._since_resume += 1
-        if not self.drafting:
-            self._since_probe += r.emitted
         note, self._note = self._note, None
-        if self._sync.value is None or self.verify_cost(1) is None or not (self.drafting or r.probe):
-            return note   # nothing to decide yet, or paused between probes
+        if self._sync.value is None or self.verify_cost(1) is None:
+            return note   # nothing to decide yet
         was = self.drafting
         if was:
             k_best, s_best = self._best()
