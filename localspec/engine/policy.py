@@ -234,7 +234,7 @@ class AdaptivePolicy:
         self._note: str | None = None           # said at the first observe (a seeded pause)
         self.pauses = 0
         self.probes = 0
-        self.reason = "starting: measuring draft and target costs"
+        self._reason: str | None = "starting: measuring draft and target costs"
         self.predicted_speedup = 1.0
         self.seeded = False
         if learned:
@@ -286,7 +286,7 @@ class AdaptivePolicy:
             return
         base = self.verify_cost(1)
         hi = self._bounds()[1]
-        self.reason = "starting from the costs measured last time"
+        self._reason = "starting from the costs measured last time"
         if self.can_pause and hi < 1.0:
             self.drafting = False
             self.pauses = 1
@@ -294,8 +294,8 @@ class AdaptivePolicy:
             self._probe_every = self._probe_interval(max(self._k, min(_PROBE_K, self.draft_max)))
             rate = (self.predict(self._k) or (1.0, base))
             self.predicted_speedup = rate[0] / rate[1] * base
-            self.reason = self._explain(self._k, self.predicted_speedup, paused=True, seeded=True)
-            self._note = self.reason
+            self._reason = self._explain(self._k, self.predicted_speedup, paused=True, seeded=True)
+            self._note = self._reason
 
     # -- measurements -----------------------------------------------------------------
     def verify_cost(self, n: int, optimistic: bool = False) -> float | None:
@@ -531,7 +531,7 @@ class AdaptivePolicy:
                 self._last_probe_speedup = s_best
                 self._k = k_best
             self.drafting = False
-            self.reason = self._explain(self._k, self.predicted_speedup, paused=True)
+            self._reason = self._explain(self._k, self.predicted_speedup, paused=True)
         else:
             if not was:
                 self._k = k_best
@@ -544,10 +544,17 @@ class AdaptivePolicy:
                     self._scale_positions(f)
                     self._curves = {}
             self.drafting = True
-            self.reason = self._explain(self._k, self.predicted_speedup, paused=False)
+            self._reason = None          # worded when asked for (most rounds nobody asks)
         if was != self.drafting:
             return self.reason
         return note
+
+    @property
+    def reason(self) -> str:
+        """The latest reasoning, in plain words."""
+        if self._reason is None:
+            self._reason = self._explain(self._k, self.predicted_speedup, paused=not self.drafting)
+        return self._reason
 
     def _learn_draft_costs(self, r: Step) -> None:
         if r.draft_steps > 1:
