@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -31,6 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# A home of its own: the demo pair's F16 target is made there once, and no other localspec
+# process on the machine can replace a file this one has mapped.
+os.environ.setdefault("LOCALSPEC_HOME", str(ROOT / ".cache" / "bench_policy" / "home"))
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))   # tiny_gguf: the generated pairs
 
@@ -45,12 +49,19 @@ DEFAULT = RunSpec(sampling=GREEDY)      # the defaults: adaptive, draft model, K
 def generated_pair(root: Path, which: str) -> tuple[str, str]:
     """The cost pair of tests/conftest.py (``cost_pairs``): both predict sigma(last token);
     'big' is ~100x dearer per step than 'small'."""
-    from tiny_gguf import TinySpec, TinyZoo
+    from tiny_gguf import TinySpec, write_tiny_model
 
-    zoo = TinyZoo(root)
-    big = zoo.get(TinySpec(n_embd=768, n_ff=1536, n_layer=4, n_head=8, n_head_kv=4, bigram_seed=5,
-                           layer_gain=0.05, f16=True), "bigram-big.gguf")
-    small = zoo.get(TinySpec(n_embd=64, n_layer=1, bigram_seed=5, layer_gain=0.05), "bigram-small.gguf")
+    def made(name: str, spec: TinySpec) -> Path:
+        path = root / name
+        if not path.is_file():   # never rewrite a file another run may have mapped
+            tmp = root / f".{name}.{os.getpid()}"
+            write_tiny_model(tmp, spec)
+            tmp.replace(path)
+        return path
+
+    big = made("bigram-big.gguf", TinySpec(n_embd=768, n_ff=1536, n_layer=4, n_head=8, n_head_kv=4, bigram_seed=5,
+                                           layer_gain=0.05, f16=True))
+    small = made("bigram-small.gguf", TinySpec(n_embd=64, n_layer=1, bigram_seed=5, layer_gain=0.05))
     return (str(big), str(small)) if which == "pays" else (str(small), str(big))
 
 
