@@ -12,6 +12,9 @@ GREEDY = SamplingConfig(temperature=0.0)
 
 
 def generate(target, draft, n=300, **kw):
+    from localspec.engine import memory
+
+    memory.reset()   # from nothing: what earlier tests taught the store is not this test's subject
     with make_engine(target, draft, fixed_k=False, draft_max=8, p_min=None, **kw) as e:
         toks = e.tokenize("The quick brown fox")
         base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=n, speculative=False)
@@ -67,3 +70,98 @@ def test_compare_shows_the_decision(cost_pairs):
     assert spec["tokens_drafting_off"] + spec["tokens_drafting_on"] == spec["n_generated"]
     assert spec["policy_notes"] and "paused" in spec["policy_notes"][0]
     assert data["policy"]["drafting"] is False
+
+
+def test_a_pair_learned_once_starts_from_it(cost_pairs):
+    """What a generation measured seeds the next one, in the same Engine and in a new process
+    (learned.json): on the losing pair the next generation never drafts and says why."""
+    from localspec.engine import memory
+
+    memory.reset()
+    with make_engine(cost_pairs["small"], cost_pairs["big"], fixed_k=False, draft_max=8, p_min=None) as e:
+        toks = e.tokenize("The quick brown fox")
+        first, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60)
+        assert not first.policy["seeded"] and first.summary.drafted > 0
+        again, events = run_to_done(e, toks, sampling=GREEDY, max_tokens=60)
+    for done in (again,):
+        assert done.policy["seeded"] and done.summary.drafted == 0
+        assert done.summary.tokens_drafting_off == done.summary.n_generated
+        notes = [ev for ev in events if isinstance(ev, PolicyNote)]
+        assert notes and "from the last run" in notes[0].reason and "drafting paused" in notes[0].reason
+    stored = memory.load()
+    assert len(stored) == 1 and next(iter(stored.values()))["drafter"] == "model"
+    with make_engine(cost_pairs["small"], cost_pairs["big"], fixed_k=False, draft_max=8, p_min=None) as e:
+        done, _ = run_to_done(e, e.tokenize("Another prompt"), sampling=GREEDY, max_tokens=40)
+    assert done.policy["seeded"] and done.summary.drafted == 0
+    memory.reset()
+
+
+def test_ngram_lookups_are_measured_by_the_policy(tiny_target):
+    """Prompt lookup reports its lookups as drafting steps: the policy knows their cost."""
+    with make_engine(tiny_target, drafter="ngram", fixed_k=False, draft_max=8, p_min=None) as e:
+        done, _ = run_to_done(e, e.tokenize("one two three one two three one two"), sampling=GREEDY,
+                              max_tokens=80)
+    assert done.policy["draft_step_seconds"] is not None and done.policy["draft_cost_ratio"] < 1
+    assert done.summary.drafted > 0
+
+
+def test_chain_drafter_is_lossless_and_uses_both(tiny_target, tiny_draft):
+    """Prompt lookup first, the draft model when it finds nothing: greedy output is the
+    target's, and both sources drafted."""
+    from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
+
+    with Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=512, remember=False)) as e:
+        assert DrafterKind.NGRAM_MODEL in e.drafters
+        toks = e.tokenize("The quick brown fox jumps over the lazy dog")
+        spec = RunSpec(drafter=DrafterKind.NGRAM_MODEL, adaptive=False, draft_max=4, sampling=GREEDY,
+                       max_tokens=150)
+        base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=150, speculative=False)
+        events = list(e.run(toks, spec))
+        done = events[-1]
+        chain = e.drafter(DrafterKind.NGRAM_MODEL)
+    assert done.token_ids == base.token_ids
+    assert done.summary.drafter == "ngram+model"
+    steps = [ev for ev in events if type(ev).__name__ == "Step" and ev.drafted]
+    assert 0 < chain.lookups < len(steps), (chain.lookups, len(steps))
+
+
+def test_chain_flag(tiny_target, tiny_draft):
+    r = run_cli("run", "-m", str(tiny_target), "-d", str(tiny_draft), "--chain", "-p", "The quick brown fox",
+                "-n", "30", "--temp", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["stats"]["drafter"] == "ngram+model"
+    bad = run_cli("run", "-m", str(tiny_target), "--ngram", "--chain", "-p", "x", "-n", "4")
+    assert bad.returncode != 0 and "--chain" in bad.stderr and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    nodraft = run_cli("run", "-m", str(tiny_target), "--chain", "-p", "x", "-n", "4")
+    assert nodraft.returncode != 0 and "draft model" in nodraft.stderr
+
+
+def test_draft_catches_up_fully_when_its_measured_cost_says_it_is_cheap(tiny_draft):
+    """After a long pause the draft model re-reads everything it missed when catching up costs
+    no more than a few of its own decodes (measured), and only a window otherwise."""
+    import numpy as np
+
+    from localspec.engine.backend import Context, Model
+    from localspec.engine.drafters import ModelDrafter
+
+    model = Model(str(tiny_draft), gpu_layers=0)
+    try:
+        prompt = [int(t) for t in np.random.default_rng(0).integers(5, 200, 120)]
+        missed = [int(t) for t in np.random.default_rng(1).integers(5, 200, 150)]
+        for steps, full in ((1e6, True), (0.0, False)):
+            ctx = Context(model, n_ctx=1024, threads=1)
+            d = ModelDrafter(ctx, catchup_steps=steps)
+            d.prefill(prompt)                       # a batch: its cost per token is measured
+            d.draft(prompt, 4, GREEDY, None)        # one-token decodes: their cost is measured
+            assert d._per_token is not None and d._per_step is not None
+            out = d.draft(prompt + missed, 4, GREEDY, None)   # 150 tokens behind
+            assert out.tokens
+            if full:
+                assert d.offset == 0 and ctx.tokens[:len(prompt)] == prompt
+                assert out.sync_tokens >= len(missed)
+            else:
+                assert d.offset > 0 and out.sync_tokens == d.window
+            ctx.close()
+    finally:
+        model.close()

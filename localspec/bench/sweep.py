@@ -66,7 +66,7 @@ def load_prompts(path: str | Path) -> list[dict]:
 class Setting:
     """One cell of the sweep."""
 
-    drafter: str = "model"          # model | ngram
+    drafter: str = "model"          # model | ngram | ngram+model
     k: int | None = None            # None: the adaptive policy (draft_max = max of the sweep)
     draft_temp: float | None = None
     p_min: float | None = None
@@ -104,10 +104,10 @@ def grid(draft_max: Iterable[int], draft_temp: Iterable[float | None], p_min: It
     dm = list(draft_max)
     for drafter, pol, dt, pm in itertools.product(drafters, policies, draft_temp, p_min):
         if pol == "adaptive":
-            cells.append(Setting(drafter, None, dt if drafter == "model" else None, pm))
+            cells.append(Setting(drafter, None, dt if DrafterKind(drafter).uses_model else None, pm))
         else:
             for k in dm:
-                cells.append(Setting(drafter, k, dt if drafter == "model" else None, pm))
+                cells.append(Setting(drafter, k, dt if DrafterKind(drafter).uses_model else None, pm))
     seen, out = set(), []
     for c in cells:
         if c not in seen:

@@ -150,11 +150,11 @@ class ChatSession:
             if not choice.target:
                 raise BadInput("no target model: pick a pair in the models screen")
             drafter = self.settings.drafter
-            if drafter is DrafterKind.MODEL and not choice.draft:
+            if drafter.uses_model and not choice.draft:
                 raise BadInput("this choice has no draft model: pick a pair in the models screen, "
                                "or choose n-gram or no drafting in the settings")
             config = EngineConfig(
-                target=choice.target, draft=choice.draft if drafter is DrafterKind.MODEL else None,
+                target=choice.target, draft=choice.draft if drafter.uses_model else None,
                 n_ctx=choice.n_ctx, threads=choice.threads, gpu_layers=choice.gpu_layers,
                 gpu_layers_draft=choice.gpu_layers_draft, cache_type=choice.cache_type,
                 rollback_depth=rollback_depth(self.settings))
@@ -193,8 +193,8 @@ class ChatSession:
     def check_settings(self, settings: RunSpec) -> None:
         """Refuse settings the current models cannot honour."""
         validate(settings)
-        if settings.drafter is DrafterKind.MODEL and not (self.choice.draft or self.choice.demo):
-            raise BadInput("drafter 'model' needs a draft model: pick a pair in the models screen")
+        if settings.drafter.uses_model and not (self.choice.draft or self.choice.demo):
+            raise BadInput(f"drafter '{settings.drafter.value}' needs a draft model: pick a pair in the models screen")
 
     def use(self, settings: RunSpec) -> None:
         """Generate with these settings from the next message on."""

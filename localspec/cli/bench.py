@@ -107,7 +107,8 @@ def _run_sweep(engine, prompts, cells, *, runs, n, seed, temp, save, label: str)
 @click.option("--draft-temp", default=None, help="Draft temperatures to sweep, e.g. 0,0.3,0.7.")
 @click.option("--p-min", "p_min", default=None, help="Confidence cutoffs to sweep, e.g. 0,0.4,0.75.")
 @click.option("--policy", default="adaptive,fixed", show_default=True, help="adaptive and/or fixed K.")
-@click.option("--drafter", default="model", show_default=True, help="model and/or ngram.")
+@click.option("--drafter", default="model", show_default=True,
+              help="model, ngram and/or ngram+model (prompt lookup, then the model), e.g. model,ngram+model.")
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), help="JSON-lines prompts file.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per cell.")
 @click.option("-n", "n", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens per run.")
@@ -134,7 +135,7 @@ def bench(**opts) -> int:
     temps = _list(opts["draft_temp"], float, "--draft-temp") or [None]
     pmins = _list(opts["p_min"], float, "--p-min") or [None]
     policies = _choices(opts["policy"], "--policy", ("adaptive", "fixed"))
-    drafters = _choices(opts["drafter"], "--drafter", ("model", "ngram"))
+    drafters = _choices(opts["drafter"], "--drafter", ("model", "ngram", "ngram+model"))
     prompts = benchmark.load_prompts(opts["prompts_file"]) if opts["prompts_file"] else benchmark.PROMPTS
     cells = benchmark.grid(ks, temps, pmins, policies, drafters)
     specs = _checked(cells, opts["n"], opts["seed"], opts["temp"])

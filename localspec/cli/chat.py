@@ -56,7 +56,7 @@ def choose_models(target: str | None, opts: dict):
     draft_path = draft_name = None
     if opts.get("draft"):
         draft_path, draft_name = resolve_model(opts["draft"], "draft"), opts["draft"]
-    elif drafter is DrafterKind.MODEL:
+    elif drafter.uses_model:
         found = _store_draft(target, target_path)
         if found is None:
             raise BadInput(f"no draft for {target}: give --draft DRAFT, or --ngram, or --no-draft "

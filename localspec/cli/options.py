@@ -68,6 +68,8 @@ def drafter_options():
         click.option("-d", "--draft", metavar="DRAFT",
                      help="Draft model (a .gguf, local name or pulled alias) with the target's tokenizer."),
         click.option("--ngram", is_flag=True, help="Draft by prompt lookup (n-grams) instead of a model."),
+        click.option("--chain", is_flag=True,
+                     help="Prompt lookup first, the draft model when it finds nothing (needs a draft model)."),
         click.option("--no-draft", is_flag=True, help="Target alone, no speculation."),
     )
 
@@ -140,7 +142,12 @@ def chosen_drafter(opts: dict, draft_flag: str = "-d") -> DrafterKind | None:
     if len(chosen) > 1:
         raise BadInput(f"choose one of {draft_flag}, --ngram, --no-draft (got {' and '.join(chosen)})")
     kinds = {draft_flag: DrafterKind.MODEL, "--ngram": DrafterKind.NGRAM, "--no-draft": DrafterKind.NONE}
-    return kinds[chosen[0]] if chosen else None
+    kind = kinds[chosen[0]] if chosen else None
+    if opts.get("chain"):
+        if kind not in (None, DrafterKind.MODEL):
+            raise BadInput(f"--chain drafts with prompt lookup and a draft model: leave out {chosen[0]}")
+        return DrafterKind.NGRAM_MODEL
+    return kind
 
 
 def validated(spec: RunSpec) -> RunSpec:
@@ -183,13 +190,15 @@ def resolve_pair(opts: dict) -> Pair:
         from ..models.demo import demo_pair
 
         t, d = demo_pair(progress=lambda m: click.echo(m, err=True))
-        return Pair(str(t), str(d) if drafter in (None, DrafterKind.MODEL) else None, drafter or DrafterKind.MODEL)
+        return Pair(str(t), str(d) if drafter is None or drafter.uses_model else None, drafter or DrafterKind.MODEL)
     if not target:
         raise BadInput("no target model: give -m TARGET.gguf (or --demo)")
     if drafter is None:
         raise BadInput("no drafter: give a draft model with -d DRAFT, or --ngram, or --no-draft")
+    if drafter.uses_model and not draft:
+        raise BadInput("--chain needs a draft model: give -d DRAFT (or --demo)")
     return Pair(resolve_model(target, "target"),
-                resolve_model(draft, "draft") if drafter is DrafterKind.MODEL else None, drafter)
+                resolve_model(draft, "draft") if drafter.uses_model else None, drafter)
 
 
 def engine_config(opts: dict, pair: Pair, spec: RunSpec | None = None) -> EngineConfig:

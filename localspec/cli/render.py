@@ -13,7 +13,7 @@ def speed_line(s: Summary) -> str:
 
 
 def draft_line(s: Summary) -> str:
-    if s.drafter == "none" or (s.drafted == 0 and s.tokens_drafting_on == 0):
+    if s.drafter == "none" or (s.drafted == 0 and s.tokens_drafting_on == 0 and not s.tokens_drafting_off):
         return f"target only; stop: {s.stop_reason}"
     by_pos = " ".join(f"{p:.0%}" for p in s.acceptance_by_position[:8])
     line = (f"drafter {s.drafter}: acceptance {s.acceptance_rate:.1%} ({s.accepted}/{s.drafted}), "

@@ -86,10 +86,12 @@ class NoDrafter:
 class ModelDrafter:
     """Drafts with a small model that shares the target's tokenizer.
 
-    After a long pause in drafting the draft would have to decode every token it missed
-    before it can draft again. Past ``max_catchup`` missing tokens it restarts instead from
-    the last ``window`` tokens only (at positions 0..window-1), which bounds the cost of
-    coming back; a new prompt (``prefill``) always gives it the whole context again.
+    After a long pause in drafting the draft has to decode every token it missed before it
+    can draft again. It does so when that is cheap: up to ``max_catchup`` tokens, or more
+    when its measured batch cost says catching up costs no more than ``catchup_steps``
+    one-token decodes. Otherwise it restarts from the last ``window`` tokens only (at
+    positions 0..window-1), which bounds the cost of coming back; a new prompt (``prefill``)
+    always gives it the whole context again.
 
     Per-round work does not grow with the context: within a generation the context only
     grows, so the drafter remembers how much of it its cache holds (``_known``) and compares
@@ -102,18 +104,40 @@ class ModelDrafter:
     deterministic = False
 
     def __init__(self, ctx: Context, max_catchup: int = 64, window: int = 32,
-                 n_vocab_target: int | None = None):
+                 n_vocab_target: int | None = None, catchup_steps: float = 16.0):
         self.ctx = ctx
         self.max_catchup = max_catchup
         self.window = window
+        self.catchup_steps = catchup_steps
         self.offset = 0                 # the cache holds context[offset:]
         self._known = 0                 # context[offset:offset + _known] is in the cache
         self._eog = ctx.model.eog_mask
+        self._per_token: float | None = None   # measured seconds per token of a catch-up batch
+        self._per_step: float | None = None    # measured seconds of a one-token decode
         n_draft = ctx.model.n_vocab
         self._n_out = min(n_draft, n_vocab_target or n_draft)   # ids the draft may propose
         self._n_in = n_draft                                     # ids the draft can read
         self._may_lack = (n_vocab_target or n_draft) > n_draft   # the target has ids it lacks
         self._stand_in = max(0, ctx.model.eos) if ctx.model.eos < n_draft else 0
+
+    # -- re-sync rule (issue 14): catch up fully when the measured cost says it is cheap ---
+    def _cheap_catchup(self, missing: int) -> bool:
+        """Whether decoding ``missing`` tokens to re-read the whole context costs no more than
+        ``catchup_steps`` one-token draft decodes (from measured costs; a batch decodes many
+        tokens for little more than one). Otherwise the draft restarts from ``window`` tokens."""
+        if missing <= self.max_catchup:
+            return True
+        if self._per_token is None or self._per_step is None:
+            return False
+        return missing * self._per_token <= self.catchup_steps * self._per_step
+
+    def _measured(self, synced: int, t_sync: float, steps: int, seconds: float) -> None:
+        if synced > 8:
+            per = t_sync / synced
+            self._per_token = per if self._per_token is None else self._per_token + 0.3 * (per - self._per_token)
+        if steps > 1:
+            per = (seconds - t_sync) / (steps - 1)
+            self._per_step = per if self._per_step is None else self._per_step + 0.3 * (per - self._per_step)
 
     def _map(self, tokens: list[int]) -> list[int]:
         """The tokens as the draft can decode them (ids it lacks become its stand-in)."""
@@ -126,11 +150,14 @@ class ModelDrafter:
         """Bring the cache to ``context`` (an extension of the last one); return the logits
         after its last token and how many tokens that took."""
         ctx = self.ctx
+        if self.offset and self._cheap_catchup(len(context)):   # cheap now: re-read it all
+            self.offset = self._known = 0
+            ctx.clear()
         view_len = len(context) - self.offset
         known = min(self._known, view_len, len(ctx.tokens))
         tail = self._map(context[self.offset + known:])
         n = min(known + _common_prefix(ctx.tokens[known:], tail), view_len - 1)
-        if view_len - n > self.max_catchup and len(context) > self.window:
+        if len(context) > self.window and not self._cheap_catchup(view_len - n):
             self.offset = len(context) - self.window
             view_len = self.window
             n = 0
@@ -149,7 +176,9 @@ class ModelDrafter:
         head = self._map(tokens[:-1])
         n = ctx.truncate(_common_prefix(ctx.tokens, head))
         if len(head) > n:
+            t0 = time.perf_counter()
             ctx.decode(head[n:], logits="none")
+            self._measured(len(head) - n, time.perf_counter() - t0, 0, 0.0)
         ctx.mark(pin=True)  # a recurrent draft comes back here for a re-rendered prompt
         self._known = len(head)
 
@@ -197,7 +226,9 @@ class ModelDrafter:
                 self.ctx.mark()
             logits = self.ctx.decode([tok], logits="last")
             steps += 1
-        return Draft(tokens, dists, time.perf_counter() - t0, steps, synced, t_sync, confidence)
+        seconds = time.perf_counter() - t0
+        self._measured(synced, t_sync, steps, seconds)
+        return Draft(tokens, dists, seconds, steps, synced, t_sync, confidence)
 
     def close(self) -> None:
         self.ctx.close()
@@ -252,7 +283,9 @@ class NgramDrafter:
                 if s is not None:
                     out = seen[s + n:s + n + k]
                     break
-        return Draft(out, None, time.perf_counter() - t0, 0)
+        seconds = time.perf_counter() - t0
+        # One lookup is its one step: the policy learns its cost and acceptance from it.
+        return Draft(out, None, seconds, 1, 0, seconds)
 
     def close(self) -> None:
         pass

@@ -16,9 +16,11 @@ from ..chat.template import chat_tokens
 from ..errors import BadInput, IncompatiblePair
 from ..models.compat import check_files
 from .backend import CACHE_TYPES, Context, Model, default_threads
+from .chain import ChainDrafter
 from .drafters import Drafter, ModelDrafter, NgramDrafter
 from .events import Event
 from .generator import Generator
+from .memory import Memory
 from .spec import DrafterKind, RunSpec
 
 DEFAULT_ROLLBACK_DEPTH = RunSpec.draft_max + 1
@@ -45,6 +47,9 @@ class EngineConfig:
     # Recurrent-state snapshots kept for rollback (recurrent/hybrid targets whose architecture
     # supports them); None: the default draft length + 1; 0: always sequence checkpoints.
     rollback_depth: int | None = None
+    # Keep what the adaptive policy learns about this pair (costs, acceptance) in
+    # learned.json so the next process starts from it; False: only within this Engine.
+    remember: bool = True
 
     def validate(self) -> None:
         if self.n_ctx < 16:
@@ -87,6 +92,8 @@ class Engine:
             self._generators[DrafterKind.MODEL] = Generator(
                 self.target_ctx, ModelDrafter(self.draft_ctx, n_vocab_target=self.target_model.n_vocab))
         self._lock = threading.Lock()
+        # What each drafter's adaptive policy learned: seeds the next generation.
+        self.memory = Memory(config.target, config.draft, self.target_model.info.backend, persist=config.remember)
 
     # -- prompts ----------------------------------------------------------------------
     def tokenize(self, prompt: str) -> list[int]:
@@ -99,7 +106,7 @@ class Engine:
     @property
     def drafters(self) -> tuple[DrafterKind, ...]:
         """The drafters this engine can run (a draft model only when one is loaded)."""
-        return tuple(k for k in DrafterKind if k is not DrafterKind.MODEL or self.draft_model is not None)
+        return tuple(k for k in DrafterKind if not k.uses_model or self.draft_model is not None)
 
     def drafter(self, kind: DrafterKind) -> Drafter:
         return self._generator(kind).drafter
@@ -107,9 +114,13 @@ class Engine:
     def _generator(self, kind: DrafterKind) -> Generator:
         gen = self._generators.get(kind)
         if gen is None:
-            if kind is DrafterKind.MODEL:
+            if kind.uses_model and DrafterKind.MODEL not in self._generators:
                 raise BadInput("no draft model is loaded: give one (-d DRAFT), or use n-gram or no drafting")
-            gen = self._generators[kind] = Generator(self.target_ctx, NgramDrafter())
+            if kind is DrafterKind.NGRAM_MODEL:   # shares the model drafter (and its cache)
+                drafter = ChainDrafter(NgramDrafter(), self._generators[DrafterKind.MODEL].drafter)
+            else:
+                drafter = NgramDrafter()
+            gen = self._generators[kind] = Generator(self.target_ctx, drafter)
         return gen
 
     def run(self, prompt_tokens: list[int], spec: RunSpec,
@@ -118,8 +129,15 @@ class Engine:
         drafting policy's estimates and decisions."""
         spec.validate()
         gen = self._generator(spec.drafter)
+        kind = spec.drafter.value
         with self._lock:
-            yield from gen.generate(prompt_tokens, spec, spec.policy(), cancel)
+            policy = spec.policy(self.memory.get(kind) if spec.adaptive and spec.speculative else None)
+            try:
+                yield from gen.generate(prompt_tokens, spec, policy, cancel)
+            finally:
+                learned = policy.learned()
+                if learned:
+                    self.memory.put(kind, learned)
 
     def reset(self) -> None:
         """Forget cached prompts in both models (for fair timing between runs)."""

@@ -1,45 +1,61 @@
 """How many tokens to draft next: a fixed K, or an adaptive choice that maximises tok/s.
 
-The adaptive policy works on two levels.
+The adaptive policy predicts the tokens per second of each draft length K from what it
+measures, and acts on that prediction with stated confidence:
 
-* **Which K.** While drafting, it measures the tokens per second that each draft length
-  really delivers (tokens emitted over draft + verify time, recent rounds weighing more)
-  and climbs towards the best: every few rounds it tries a neighbouring K and moves there
-  when that is measurably faster. Measured rates need no model of the hardware, so they
-  stay right where a model would be off (batched verify costs on a CPU are far from linear).
-* **Whether to draft at all.** It compares the drafting rate with a plain target step
-  (K = 0). When drafting is slower, it pauses: the target generates alone, and the policy
-  probes drafting again now and then. Whether a probe shows drafting paying again is
-  predicted from what it measures: the cost of a draft decode, of a target decode per batch
-  size, of catching the draft up on missed tokens, and the acceptance at each draft
-  position. The gap between probes keeps probing under ``probe_budget`` (2%) of the time
-  and doubles after each probe that does not pay.
+* **Costs.** A draft decode (the first, catch-up one and each further one), a target decode
+  per batch size (the plain target step, K = 0, among them) and catching the draft up on
+  missed tokens. Each is a window of recent samples (the very first of a shape, which may
+  build a graph, and the worst, a busy machine's spike, left out), so a rate never rests on
+  one measurement; the plain step is measured several times early and refreshed now and then.
+* **Acceptance.** A Beta posterior on the chance that a drafted token is accepted (a prior
+  plus the tokens judged, recent rounds weighing more), refined per draft position; the
+  chance that the drafter goes on to the next position (p_min, or an n-gram lookup that
+  finds nothing or a short match) is counted as well.
+* **Which K.** The K with the best expected rate; a new K moves only for a clear gain.
+* **Whether to draft.** Drafting pauses only when even an optimistic reading of the evidence
+  (acceptance at its upper credible bound and costs at the low end of their intervals, about
+  95% one-sided) says it loses; so one bad round, or noise just after resuming, cannot pause
+  it. While paused, short probes test drafting again: soon early in a generation, then at
+  gaps that keep probing under ``probe_budget`` of the time. A probe whose evidence predicts
+  a clear gain resumes drafting, and the evidence is then thinned so that fresh rounds decide.
+
+What a generation learned (:meth:`AdaptivePolicy.learned`) seeds the next one (``learned=``):
+the Engine keeps it per drafter and :mod:`localspec.engine.memory` keeps it on disk, so a new
+generation starts from the last one's costs and (weakly) its acceptance.
 """
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
 from ..errors import BadInput
 from .events import Step
 
-_EMA = 0.2
-_RATE_EMA = 0.15         # memory of measured round rates (per K)
-_DECAY = 0.98            # per drafting round: recent acceptance weighs more
-_FIRST_K = 8             # the first round's draft length (it measures the costs)
-_TRY_EVERY = 3           # rounds between tries of a neighbouring K
-_MOVE_MARGIN = 0.02      # a neighbour must be this much faster to move there
-_PAUSE_MARGIN = 0.03     # pause when drafting is measured this much slower than the target
-_RESUME_MARGIN = 0.03    # a probe must predict this much gain to resume drafting
-_PAUSE_EVIDENCE = 8      # ... over at least this many drafting rounds (unless clearly worse)
-_CLEARLY_WORSE = 0.7
-_PROBE_K = 4             # a probe drafts at least this many tokens
+_FIRST_K = 3             # the first round's draft length when nothing is known
+_Z = 1.645               # one-sided ~95%: pause only when drafting loses with this confidence
+_DECAY = 0.98            # per drafting round: recent acceptance weighs more (~50 rounds)
 _PROBE_DECAY = 0.7       # probes are the only fresh data while paused: they count more
-_PROBE_MIN = 16
-_PROBE_BACKOFF_MAX = 256  # failed probes double the gap up to this; costlier probes wait longer
+_PRIOR = (1.0, 1.0)      # Beta prior on acceptance (successes, failures)
+_POSITION_PRIOR = 2.0    # pseudo-counts pulling each position's acceptance to the pooled one
+_SEED_WEIGHT = 6.0       # acceptance evidence carried into a new generation (prompts differ)
+_RESUME_WEIGHT = 8.0     # acceptance evidence kept when drafting resumes (fresh rounds decide)
+_MIN_AFTER_RESUME = 4    # drafting rounds after a resume before acceptance alone may pause it
+_MOVE_MARGIN = 0.02      # a new K must be predicted this much faster to move there
+_RESUME_MARGIN = 0.03    # a probe must predict this much gain to resume drafting
+_REFRESH_BUDGET = 0.005  # plain steps that refresh the target step's cost: this share of the time
+_REFRESH_FIRST = 0.02    # ... while it has fewer than three samples
+_REFRESH_MIN = 12        # drafting rounds between plain-step measurements, at least
+_REFRESH_MAX = 400
+_WINDOW = 16             # samples kept per cost
+_PROBE_K = 4             # a probe drafts at least this many tokens
+_PROBE_MIN = 8
+_PROBE_BACKOFF_MAX = 128  # failed probes double the gap up to this (or the tokens so far)
 _PROBE_MAX = 4096
-_CATCHUP_WINDOW = 32     # tokens a drafter re-reads after a long pause (ModelDrafter.window)
+_CATCHUP_WINDOW = 32     # tokens a drafter is assumed to re-read for a probe after a long pause
 _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
 
 
@@ -67,9 +83,7 @@ class Policy(Protocol):
 
     def estimates(self) -> dict: ...
 
-
-def _ema(old: float | None, new: float, alpha: float = _EMA) -> float:
-    return new if old is None else old + alpha * (new - old)
+    def learned(self) -> dict | None: ...
 
 
 class FixedPolicy:
@@ -111,40 +125,66 @@ class FixedPolicy:
     def estimates(self) -> dict:
         return {"adaptive": False, "k": self.k}
 
+    def learned(self) -> dict | None:
+        return None
 
-class _Cost:
-    """An EMA whose first sample (a new graph being built) is replaced by the second."""
 
-    __slots__ = ("value", "n")
+def _ema(old: float | None, new: float, alpha: float = 0.2) -> float:
+    return new if old is None else old + alpha * (new - old)
 
-    def __init__(self):
-        self.value: float | None = None
+
+class _Samples:
+    """Recent samples of one cost: a robust mean and its relative standard error.
+
+    The first sample (possibly a new graph being built, or pages of the model still being
+    read) is dropped once there is another; from four samples on, the mean is taken over the
+    middle half (a shared, busy machine makes spikes both ways). ``prior`` (a value from an
+    earlier generation) stands in until a sample arrives.
+    """
+
+    __slots__ = ("xs", "n", "prior", "_cut")
+
+    def __init__(self, prior: float | None = None):
+        self.xs: deque[float] = deque(maxlen=_WINDOW)
         self.n = 0
+        self.prior = prior
+        self._cut: list[float] | None = None
 
     def add(self, x: float) -> None:
-        self.value = _ema(self.value if self.n >= 2 else None, x)
+        self.xs.append(max(x, 0.0))
         self.n += 1
+        self._cut = None
 
-
-class _Rate:
-    """Measured tokens per second of one draft length: EMA of tokens over EMA of seconds."""
-
-    __slots__ = ("tokens", "seconds", "n")
-
-    def __init__(self):
-        self.tokens: float | None = None
-        self.seconds: float | None = None
-        self.n = 0
-
-    def add(self, tokens: float, seconds: float) -> None:
-        first = self.n < 2  # the first sample may include building a new graph
-        self.tokens = _ema(None if first else self.tokens, tokens, _RATE_EMA)
-        self.seconds = _ema(None if first else self.seconds, seconds, _RATE_EMA)
-        self.n += 1
+    def _kept(self) -> list[float]:
+        if self._cut is None:
+            xs = sorted(list(self.xs)[1:] if self.n == len(self.xs) and self.n >= 2 else self.xs)
+            q = len(xs) // 4
+            self._cut = xs[q:len(xs) - q] if q else xs
+        return self._cut
 
     @property
     def value(self) -> float | None:
-        return self.tokens / self.seconds if self.n and self.seconds else None
+        xs = self._kept()
+        return sum(xs) / len(xs) if xs else self.prior
+
+    @property
+    def rel_se(self) -> float:
+        """Relative standard error of ``value`` (0.5, little is known, below two samples)."""
+        xs = self._kept()
+        if len(xs) < 2:
+            return 0.5
+        m = sum(xs) / len(xs)
+        var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+        return math.sqrt(var / len(xs)) / m if m > 0 else 0.0
+
+
+def beta_bounds(succ: float, fail: float, z: float = _Z) -> tuple[float, float, float]:
+    """(mean, lower, upper) of a Beta(succ, fail) posterior, the bounds z sd away (normal
+    approximation, clipped to [0, 1])."""
+    n = succ + fail
+    mean = succ / n
+    sd = math.sqrt(succ * fail / (n * n * (n + 1.0)))
+    return mean, max(mean - z * sd, 0.0), min(mean + z * sd, 1.0)
 
 
 class AdaptivePolicy:
@@ -153,7 +193,7 @@ class AdaptivePolicy:
     adaptive = True
 
     def __init__(self, draft_min: int = 1, draft_max: int = 8, p_min: float | None = None,
-                 can_pause: bool = True, probe_budget: float = 0.02):
+                 can_pause: bool = True, probe_budget: float = 0.02, learned: dict | None = None):
         if draft_min < 1 or draft_max < 1:
             raise BadInput("draft lengths must be >= 1")
         if draft_min > draft_max:
@@ -168,38 +208,110 @@ class AdaptivePolicy:
         self.probe = False
         ladder = [k for k in _LADDER if draft_min <= k <= draft_max]
         self._ladder = sorted(set(ladder + [draft_min, draft_max]))
-        self._k = min(self._ladder, key=lambda k: abs(k - _FIRST_K))
-        self._trial_up = True
-        self._trial_model = True
-        self._since_try = 0
+        self._k = self._on_ladder(_FIRST_K)
         self._round = 0
-        self._rates: dict[int, _Rate] = {}      # measured tok/s by K (0: the target alone)
-        self._draft = _Cost()                   # one draft decode of one token
+        self._tokens = 0
+        self._verify: dict[int, _Samples] = {}  # target decode seconds by batch size (1: a plain step)
+        self._sync = _Samples()                 # the drafter's first decode of a round (or its lookup)
+        self._step = _Samples()                 # each further draft decode
+        self._multi = False                     # the drafter decodes once per drafted token
         self._catchup: float | None = None      # per extra token in a catch-up batch
-        self._verify: dict[int, _Cost] = {}     # target decode cost by batch size
+        self._succ, self._fail = _PRIOR         # Beta posterior on acceptance
         n = max(self._ladder) + 1
         self._tried = [0.0] * n                 # rounds whose draft got to position i
-        self._made = [0.0] * n                  # ... and drafted it (p_min did not stop it)
+        self._made = [0.0] * n                  # ... and drafted it (p_min / the lookup did not stop it)
         self._judged = [0.0] * n                # rounds with position i drafted and i-1 accepted
         self._accepted = [0.0] * n              # ... whose position i was accepted
-        self._drafting_rounds = 0
+        self._draft_rounds = 0
+        self._points: dict[bool, list] = {}     # verify costs by batch size, until the next round
+        self._curves: dict[tuple, dict] = {}    # predictions, until the next round
+        self._ladder_set = set(self._ladder)
+        self._since_plain = 0                   # drafting rounds since the last plain step
+        self._since_resume = 0                  # drafting rounds since drafting (re)started
         self._since_probe = 0
         self._probe_every = _PROBE_MIN
+        self._last_probe_speedup = 0.0
+        self._note: str | None = None           # said at the first observe (a seeded pause)
         self.pauses = 0
         self.probes = 0
-        self.reason = "starting: measuring draft and target costs"
+        self._reason: str | None = "starting: measuring draft and target costs"
         self.predicted_speedup = 1.0
+        self.seeded = False
+        if learned:
+            self._seed(learned)
+
+    def _on_ladder(self, k: int) -> int:
+        return min(self._ladder, key=lambda x: (abs(x - k), x))
+
+    # -- what is carried between generations ---------------------------------------------
+    def learned(self) -> dict | None:
+        """What this generation measured, to seed the next one (JSON-serialisable)."""
+        c1 = self.verify_cost(1)
+        if c1 is None or self._sync.value is None:
+            return None
+        return {
+            "version": 1,
+            "verify": {str(b): s.value for b, s in sorted(self._verify.items()) if s.value is not None},
+            "draft_sync": self._sync.value,
+            "draft_step": self._step.value,
+            "multi": self._multi,
+            "catchup": self._catchup,
+            "accept": [self._succ, self._fail],
+            "k": self._k,
+            "drafting": self.drafting,
+            "speedup": self.predicted_speedup,
+        }
+
+    def _seed(self, d: dict) -> None:
+        """Start from an earlier generation's measurements: its costs as priors (real samples
+        replace them), its acceptance as weak evidence, its K, and paused when even an
+        optimistic reading of them says drafting loses."""
+        try:
+            verify = {int(b): float(v) for b, v in (d.get("verify") or {}).items() if v}
+            sync, step, catchup = (None if d.get(x) is None else float(d[x])
+                                   for x in ("draft_sync", "draft_step", "catchup"))
+            succ, fail = (float(x) for x in d.get("accept", _PRIOR))
+            k = int(d.get("k", _FIRST_K))
+        except (TypeError, ValueError):
+            return   # a damaged entry: start from nothing
+        self._verify = {b: _Samples(v) for b, v in verify.items()}
+        self._sync.prior, self._step.prior, self._catchup = sync, step, catchup
+        self._multi = bool(d.get("multi"))
+        scale = min(1.0, _SEED_WEIGHT / max(succ + fail, 1e-9))
+        self._succ, self._fail = max(succ * scale, 0.05), max(fail * scale, 0.05)
+        self._k = self._on_ladder(k)
+        self.seeded = True
+        self._since_plain = 0
+        if self.verify_cost(1) is None or self._sync.value is None:
+            return
+        base = self.verify_cost(1)
+        hi = self._bounds()[1]
+        self._reason = "starting from the costs measured last time"
+        if self.can_pause and hi < 1.0:
+            self.drafting = False
+            self.pauses = 1
+            self._k = self._best()[0]
+            self._probe_every = self._probe_interval(max(self._k, min(_PROBE_K, self.draft_max)))
+            rate = (self.predict(self._k) or (1.0, base))
+            self.predicted_speedup = rate[0] / rate[1] * base
+            self._reason = self._explain(self._k, self.predicted_speedup, paused=True, seeded=True)
+            self._note = self._reason
 
     # -- measurements -----------------------------------------------------------------
-    def verify_cost(self, n: int) -> float | None:
+    def verify_cost(self, n: int, optimistic: bool = False) -> float | None:
         """Seconds for a target decode of n tokens: measured, interpolated between measured
-        sizes, or extended past the largest with the slope of the last segment."""
-        pts = sorted((b, c.value) for b, c in self._verify.items())
+        sizes, or extended past the largest with the slope of the last segment. Optimistic:
+        verify batches (not the plain step) at the low end of their intervals."""
+        pts = self._points.get(optimistic)
+        if pts is None:
+            low = self._low() if optimistic else 1.0
+            pts = self._points[optimistic] = sorted(
+                (b, s.value * (low if b > 1 else 1.0)) for b, s in self._verify.items() if s.value is not None)
         if not pts:
             return None
         sizes = [b for b, _ in pts]
         if n in sizes:
-            return pts[sizes.index(n)][1]
+            return max(pts[sizes.index(n)][1], 1e-9)
         if len(pts) == 1:
             b, t = pts[0]
             return max(t * (1.0 + 0.15 * (n - b) / max(b, 1)), 1e-9)
@@ -209,75 +321,113 @@ class AdaptivePolicy:
         if n < sizes[0]:
             (b0, t0), (b1, t1) = pts[0], pts[1]
             slope = max((t1 - t0) / (b1 - b0), 0.0)
-            return max(t0 - slope * (b0 - n), t0 * n / b0)
+            return max(t0 - slope * (b0 - n), t0 * n / b0, 1e-9)
         for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
             if b0 < n < b1:
                 return t0 + (t1 - t0) * (n - b0) / (b1 - b0)
         return pts[-1][1]  # pragma: no cover
 
-    def _pooled_accept(self) -> float:
-        j = sum(self._judged)
-        return (sum(self._accepted) + 0.7) / (j + 1.0)
+    def _low(self) -> float:
+        """The low end of a cost's interval as a factor of its estimate: the relative error of
+        the best-sampled target cost (the machine's noise), about 95% one-sided."""
+        best = max(self._verify.values(), key=lambda s: len(s.xs), default=None)
+        noise = best.rel_se if best is not None and len(best.xs) >= 3 else 0.5
+        return max(1.0 - _Z * noise, 0.5)
+
+    def _verify_at(self, x: float, optimistic: bool = False) -> float:
+        """Target decode seconds at a fractional batch size (an expectation)."""
+        lo = int(x)
+        a = self.verify_cost(lo, optimistic) or 0.0
+        b = self.verify_cost(lo + 1, optimistic) or a
+        return a + (x - lo) * (b - a)
 
     def _continue_rate(self, i: int) -> float:
-        """P(the draft goes on to position i | it drafted position i - 1); p_min stops it."""
+        """P(the draft goes on to position i | it drafted position i - 1)."""
         return (self._made[i] + 1.0) / (self._tried[i] + 1.0)
 
     def _accept_rate(self, i: int) -> float:
-        """P(position i accepted | drafted, with every earlier position accepted)."""
-        prior = self._accept_rate(i - 1) if i > 1 and self._judged[i - 1] > 0 else self._pooled_accept()
-        return (self._accepted[i] + prior) / (self._judged[i] + 1.0)
+        """P(position i accepted | drafted, every earlier one accepted): the position's own
+        counts pulled towards the pooled posterior mean."""
+        pool = self._succ / (self._succ + self._fail)
+        return (self._accepted[i] + _POSITION_PRIOR * pool) / (self._judged[i] + _POSITION_PRIOR)
 
-    def predict(self, k: int) -> tuple[float, float] | None:
-        """(expected tokens, expected seconds) of a round allowing k drafts, from the
-        measured costs and acceptance (used where no rate has been measured)."""
-        c1 = self.verify_cost(1)
-        if c1 is None:
-            return None
-        if k == 0:
-            return 1.0, c1
-        cd = self._draft.value
-        if cd is None:
-            return None
-        tokens, exp_drafted = 1.0, 0.0
+    def _curve(self, alpha: float | None = None, optimistic: bool = False) -> dict[int, tuple[float, float]]:
+        """(expected tokens, expected seconds) of a round for every K on the ladder, in one pass
+        over the draft positions; ``alpha`` replaces the measured acceptance at every position,
+        ``optimistic`` takes the low end of each cost's interval. Empty until costs are known."""
+        key = (alpha, optimistic)
+        out = self._curves.get(key)
+        if out is not None:
+            return out
+        out = self._curves[key] = {}
+        c1 = self.verify_cost(1, optimistic)
+        sync = self._sync.value
+        if c1 is None or sync is None:
+            return out
+        out[0] = (1.0, c1)
+        step = (self._step.value if self._step.value is not None else sync) if self._multi else 0.0
+        if optimistic:
+            low = self._low()
+            sync, step = sync * low, step * low
+        tokens, drafted = 1.0, 0.0
         p_made, p_ok = 1.0, 1.0     # P(position i drafted), P(positions 1..i all accepted)
-        for i in range(1, min(k, len(self._tried) - 1) + 1):
+        top = self._ladder[-1]
+        for i in range(1, top + 1):
             cont = self._continue_rate(i)
             p_made *= cont
-            p_ok *= cont * self._accept_rate(i)
-            exp_drafted += p_made
+            p_ok *= cont * (self._accept_rate(i) if alpha is None else alpha)
+            drafted += p_made
             tokens += p_ok
-        lo = int(exp_drafted)
-        cv_lo = self.verify_cost(1 + lo) or c1
-        cv_hi = self.verify_cost(2 + lo) or cv_lo
-        cv = cv_lo + (exp_drafted - lo) * (cv_hi - cv_lo)
-        return tokens, cd * max(exp_drafted, 1.0) + cv
+            if i in self._ladder_set:
+                out[i] = (tokens, sync + step * max(drafted - 1.0, 0.0) + self._verify_at(1.0 + drafted, optimistic))
+        return out
 
-    def rate(self, k: int) -> float | None:
-        """Tokens per second at draft length k: measured when it has been, else predicted."""
-        r = self._rates.get(k)
-        if r is not None and r.n >= 2 and r.value:
-            return r.value
-        pr = self.predict(k)
-        return pr[0] / pr[1] if pr else None
+    def predict(self, k: int, alpha: float | None = None, optimistic: bool = False) -> tuple[float, float] | None:
+        """(expected tokens, expected seconds) of a round allowing k drafts (k on the ladder)."""
+        return self._curve(alpha, optimistic).get(k)
 
-    def _predicted_best(self) -> tuple[int, float]:
+    def speedup(self, k: int, alpha: float | None = None, optimistic: bool = False) -> float | None:
+        """Predicted tok/s at draft length k over the plain target step's."""
+        curve = self._curve(alpha, optimistic)
+        pr, base = curve.get(k), curve.get(0)
+        return pr[0] / pr[1] * base[1] if pr and base else None
+
+    def _best(self) -> tuple[int, float]:
         best_k, best = self._k, 0.0
         for k in self._ladder:
-            pr = self.predict(k)
-            if pr and pr[0] / pr[1] > best:
-                best_k, best = k, pr[0] / pr[1]
+            s = self.speedup(k) or 0.0
+            if s > best * (1 + 1e-9):
+                best_k, best = k, s
         return best_k, best
 
+    def _bounds(self) -> tuple[float, float, float]:
+        """(expected, optimistic, cost-only) best speed-up over K. Optimistic: acceptance at
+        its upper credible bound and costs at the low end of theirs, combined as independent
+        errors; cost-only: every draft accepted (no acceptance can beat it)."""
+        mean, _, a_hi = beta_bounds(self._succ, self._fail)
+        exp = hi = cost_only = 0.0
+        for k in self._ladder:
+            s = self.speedup(k) or 0.0
+            sa = self.speedup(k, alpha=max(a_hi, mean)) or 0.0
+            sc = self.speedup(k, optimistic=True) or 0.0   # low costs, measured acceptance
+            exp = max(exp, s)
+            hi = max(hi, s + math.hypot(max(sa - s, 0.0), max(sc - s, 0.0)))
+            cost_only = max(cost_only, self.speedup(k, alpha=1.0, optimistic=True) or 0.0)
+        return exp, hi, cost_only
+
     def _probe_interval(self, k: int) -> int:
-        """Tokens between probes so that probing costs at most ``probe_budget`` of the time."""
+        """Tokens between probes so that probing costs at most ``probe_budget`` of the time;
+        early in a generation, at most the tokens so far when better acceptance could make
+        drafting pay (then finding out soon is worth more than the budget)."""
         c1 = self.verify_cost(1)
         pr = self.predict(k)
         if not c1 or not pr:
             return _PROBE_MIN
-        catch = self._catchup if self._catchup is not None else 0.5 * (self._draft.value or 0.0)
+        catch = self._catchup if self._catchup is not None else 0.5 * (self._sync.value or 0.0)
         extra = catch * _CATCHUP_WINDOW + pr[1] - pr[0] * c1
         tokens = extra / (self.probe_budget * c1) if extra > 0 else _PROBE_MIN
+        if (self.speedup(k, alpha=1.0) or 0.0) > 1.0:
+            tokens = min(tokens, max(_PROBE_MIN, self._tokens))
         return int(min(max(tokens, _PROBE_MIN), _PROBE_MAX))
 
     def gate(self):
@@ -291,114 +441,141 @@ class AdaptivePolicy:
         """The draft length in force (0 while paused)."""
         return self._k if self.drafting else 0
 
-    def _neighbour(self) -> int | None:
-        i = self._ladder.index(self._k)
-        up = self._ladder[i + 1] if i + 1 < len(self._ladder) else None
-        down = self._ladder[i - 1] if i > 0 else None
-        self._trial_up = not self._trial_up
-        return (up or down) if self._trial_up else (down or up)
-
     def next_k(self) -> int:
         self.probe = False
-        if self._round == 0:
-            return self._k
-        if self._round == 1 and 1 not in self._verify:
-            return 0                      # measure a plain target step once
         if not self.drafting:
             if self._since_probe >= self._probe_every:
                 self.probe = True
                 return max(self._k, min(_PROBE_K, self.draft_max))
             return 0
-        if self._since_try >= _TRY_EVERY:
-            self._since_try = 0
-            # Alternate between the model's best guess and a neighbour of the current K.
-            guess = self._predicted_best()[0] if self._trial_model else None
-            self._trial_model = not self._trial_model
-            n = guess if guess is not None and guess != self._k else self._neighbour()
-            if n is not None:
-                return n
-        self._since_try += 1
+        if self._round and not self._plain_step_known():
+            return 0                      # measure the plain target step (again)
         return self._k
+
+    def _plain_step_known(self) -> bool:
+        """Whether the plain step is measured well enough not to spend a round on it now: once
+        it is known, a plain step (it costs what drafting would have gained in its time) comes
+        only as often as keeps those costs under a small share of the time."""
+        s = self._verify.get(1)
+        if s is None or (s.n == 0 and s.prior is None):
+            return False
+        best = self._curve().get(self._k)
+        if not best:
+            return True
+        tokens, seconds = best
+        lost = max(s.value - seconds / tokens, 0.0)   # a plain step instead of a drafted token
+        budget = _REFRESH_FIRST if s.n < 3 and s.prior is None else _REFRESH_BUDGET
+        every = lost / (budget * seconds) if seconds > 0 else _REFRESH_MIN
+        return self._since_plain < min(max(every, _REFRESH_MIN), _REFRESH_MAX)
 
     def observe(self, r: Step) -> str | None:
         """Learn from a finished round; return a sentence when drafting turns on or off."""
         self._round += 1
-        self._verify.setdefault(r.verify_batch, _Cost()).add(r.verify_seconds)
-        if r.k == 0:
-            self._rates.setdefault(0, _Rate()).add(1.0, r.verify_seconds)
+        self._tokens += r.emitted
+        samples = self._verify.get(r.verify_batch)
+        if samples is None:
+            samples = self._verify[r.verify_batch] = _Samples()
+        samples.add(r.verify_seconds)
+        self._points, self._curves = {}, {}
+        if not self.drafting and not r.probe:   # paused between probes: nothing to decide
+            self._since_probe += r.emitted
+            note, self._note = self._note, None
+            return note
+        if r.verify_batch == 1:
+            self._since_plain = 0
+        elif self.drafting:
+            self._since_plain += 1
         if r.k > 0 and r.draft_steps > 0:
-            self._drafting_rounds += 1
+            self._draft_rounds += 1
             self._learn_draft_costs(r)
             self._learn_acceptance(r)
-            if not r.probe:
-                self._rates.setdefault(r.k, _Rate()).add(r.accepted + 1.0, r.draft_seconds + r.verify_seconds)
-        if not self.drafting:
-            self._since_probe += r.emitted
-        if self._draft.value is None or self.verify_cost(1) is None:
-            return None
-        if self.drafting and r.k != self._k and r.k > 0:
-            # A neighbour was tried: move there once it is measurably faster.
-            cur, new = self.rate(self._k), self.rate(r.k)
-            if new and cur and self._rates.get(r.k, _Rate()).n >= 2 and new > cur * (1 + _MOVE_MARGIN):
-                self._k = r.k
-        base = self.rate(0) or 0.0
+            if self.drafting:
+                self._since_resume += 1
+        note, self._note = self._note, None
+        if self._sync.value is None or self.verify_cost(1) is None:
+            return note   # nothing to decide yet
         was = self.drafting
         if was:
-            current = self.rate(self._k) or 0.0
-            ratio = current / base if base else 1.0
-            self.predicted_speedup = ratio
-            k_best, rate_best = self._k, current
-            pause = ratio < 1.0 - _PAUSE_MARGIN and (self._drafting_rounds >= _PAUSE_EVIDENCE
-                                                     or ratio < _CLEARLY_WORSE)
-            if pause:
-                # Before giving up, go where the model expects drafting to pay, if anywhere.
-                k_pred, rate_pred = self._predicted_best()
-                if k_pred != self._k and rate_pred > base and (self._rates.get(k_pred) or _Rate()).n < 2:
-                    self._k, pause = k_pred, False
+            k_best, s_best = self._best()
+            s_now = self.speedup(self._k) or 0.0
+            if k_best != self._k and s_best > s_now * (1 + _MOVE_MARGIN):
+                self._k = k_best
+                s_now = s_best
+            self.predicted_speedup = s_now
+            # The optimistic bound is above the expected speed-up: only a loss expected at
+            # every K needs it worked out.
+            hi, cost_only = self._bounds()[1:] if s_best < 1.0 else (s_best, s_best)
+            # Acceptance alone needs a few fresh rounds; costs alone need two drafting rounds
+            # (a first round may be slow for reasons of its own).
+            pause = hi < 1.0 and (self._since_resume >= _MIN_AFTER_RESUME
+                                  or (cost_only < 1.0 and self._draft_rounds >= 2))
         else:
-            # Paused: only a probe's fresh evidence can turn drafting back on, and only when
-            # it predicts a clear gain (plain steps alone would make it flap on noise).
-            k_best, rate_best = self._predicted_best()
-            self.predicted_speedup = rate_best / base if base else 1.0
-            pause = not r.probe or rate_best <= base * (1 + _RESUME_MARGIN)
+            k_best, s_best = self._best()
+            self.predicted_speedup = s_best
+            pause = not r.probe or s_best <= 1.0 + _RESUME_MARGIN
         if pause and self.can_pause:
             if was:
                 self.pauses += 1
-                self._probe_every = self._probe_interval(k_best)
-            elif r.probe:
-                backoff = min(self._probe_every * 2, _PROBE_BACKOFF_MAX)
-                self._probe_every = max(backoff, self._probe_interval(k_best))
-            if was or r.probe:
+                self._k = k_best
+                self._probe_every = self._probe_interval(max(k_best, min(_PROBE_K, self.draft_max)))
                 self._since_probe = 0
+                self._last_probe_speedup = self.predicted_speedup
+            elif r.probe:
+                gap = self._probe_interval(max(k_best, min(_PROBE_K, self.draft_max)))
+                if s_best > self._last_probe_speedup * 1.01:
+                    self._probe_every = gap     # the evidence is improving: look again soon
+                else:
+                    cap = max(_PROBE_MIN, min(_PROBE_BACKOFF_MAX, self._tokens))
+                    self._probe_every = max(gap, min(self._probe_every * 2, cap))
+                self._since_probe = 0
+                self._last_probe_speedup = s_best
+                self._k = k_best
             self.drafting = False
-            self._k = k_best
-            self.reason = self._explain(k_best, rate_best, base, paused=True)
+            self._reason = self._explain(self._k, self.predicted_speedup, paused=True)
         else:
             if not was:
                 self._k = k_best
-                self._since_try = 0
-                for k in list(self._rates):  # rates measured before the pause are stale
-                    if k:
-                        del self._rates[k]
+                self._since_resume = 0
+                self._last_probe_speedup = 0.0
+                n = self._succ + self._fail
+                if n > _RESUME_WEIGHT:   # keep what the probes said, but let fresh rounds decide
+                    f = _RESUME_WEIGHT / n
+                    self._succ, self._fail = self._succ * f, self._fail * f
+                    self._scale_positions(f)
+                    self._curves = {}
             self.drafting = True
-            self.reason = self._explain(self._k, rate_best, base, paused=False)
-        return self.reason if was != self.drafting else None
+            self._reason = None          # worded when asked for (most rounds nobody asks)
+        if was != self.drafting:
+            return self.reason
+        return note
+
+    @property
+    def reason(self) -> str:
+        """The latest reasoning, in plain words."""
+        if self._reason is None:
+            self._reason = self._explain(self._k, self.predicted_speedup, paused=not self.drafting)
+        return self._reason
 
     def _learn_draft_costs(self, r: Step) -> None:
         if r.draft_steps > 1:
-            self._draft.add((r.draft_seconds - r.sync_seconds) / (r.draft_steps - 1))
-        if r.sync_tokens <= 2:
-            if r.draft_steps == 1 or self._draft.value is None:
-                self._draft.add(r.sync_seconds)
-        elif self._draft.value is not None:
-            per = max(r.sync_seconds - self._draft.value, 0.0) / (r.sync_tokens - 1)
+            self._multi = True
+            self._step.add((r.draft_seconds - r.sync_seconds) / (r.draft_steps - 1))
+        if r.sync_tokens <= 4:   # a short catch-up costs about one decode
+            self._sync.add(r.sync_seconds if r.sync_seconds > 0 else r.draft_seconds / r.draft_steps)
+        elif self._sync.value is not None:
+            per = max(r.sync_seconds - self._sync.value, 0.0) / (r.sync_tokens - 1)
             self._catchup = _ema(self._catchup, per)
+
+    def _scale_positions(self, f: float) -> None:
+        for arr in (self._tried, self._made, self._judged, self._accepted):
+            for i in range(len(arr)):
+                arr[i] *= f
 
     def _learn_acceptance(self, r: Step) -> None:
         decay = _PROBE_DECAY if r.probe else _DECAY
-        for arr in (self._tried, self._made, self._judged, self._accepted):
-            for i in range(len(arr)):
-                arr[i] *= decay
+        self._scale_positions(decay)
+        self._succ = max(self._succ * decay, 0.05)
+        self._fail = max(self._fail * decay, 0.05)
         for i in range(1, min(r.k, len(self._tried) - 1) + 1):
             if i > r.drafted + 1:
                 break
@@ -409,21 +586,27 @@ class AdaptivePolicy:
                     self._judged[i] += 1
                     if i <= r.accepted:
                         self._accepted[i] += 1
+        if r.drafted:
+            self._succ += r.accepted
+            self._fail += 1.0 if r.accepted < r.drafted else 0.0
         if r.probe:
             self.probes += 1
 
-    def _explain(self, k: int, rate: float, base: float, paused: bool) -> str:
+    def _explain(self, k: int, speedup: float, paused: bool, seeded: bool = False) -> str:
         c1 = self.verify_cost(1) or 0.0
-        ratio = (self._draft.value / c1) if (c1 and self._draft.value) else 0.0
-        head = (f"draft step costs {ratio:.2f} of a target step, acceptance {self.acceptance():.2f}; "
-                f"K={k} {'predicted' if paused else 'measured'} {rate / base if base else 0:.2f}x")
+        cd = self._sync.value
+        ratio = (cd / c1) if (c1 and cd) else 0.0
+        mean, lo, hi = beta_bounds(self._succ, self._fail)
+        head = (f"draft step costs {ratio:.2f} of a target step, acceptance {mean:.2f} "
+                f"({lo:.2f}-{hi:.2f}); K={k} predicted {speedup:.2f}x")
+        if seeded:
+            head = "from the last run: " + head
         if paused:
             return f"{head}; drafting paused (next probe after {self._probe_every} tokens)"
         return head
 
     def acceptance(self) -> float:
-        d = sum(self._made)
-        return sum(self._accepted) / d if d else 0.0
+        return self._succ / (self._succ + self._fail)
 
     def describe(self) -> str:
         pause = "" if self.can_pause else ", never paused"
@@ -432,19 +615,27 @@ class AdaptivePolicy:
 
     def estimates(self) -> dict:
         c1 = self.verify_cost(1)
-        cd = self._draft.value
+        cd = self._sync.value
+        exp, hi, cost_only = self._bounds() if (c1 and cd is not None) else (None, None, None)
+        mean, lo, up = beta_bounds(self._succ, self._fail)
         return {
             "adaptive": True,
             "k": self.k_now,
             "drafting": self.drafting,
             "reason": self.reason,
+            "seeded": self.seeded,
             "predicted_speedup": self.predicted_speedup,
+            "speedup_upper_bound": hi,
+            "speedup_if_all_accepted": cost_only,
             "draft_step_seconds": cd,
+            "draft_next_step_seconds": self._step.value if self._multi else None,
             "target_step_seconds": c1,
+            "target_step_samples": self._verify[1].n if 1 in self._verify else 0,
             "draft_cost_ratio": (cd / c1) if (c1 and cd) else None,
             "catchup_seconds_per_token": self._catchup,
-            "verify_seconds_by_batch": {str(b): c.value for b, c in sorted(self._verify.items())},
-            "tokens_per_second_by_k": {str(k): r.value for k, r in sorted(self._rates.items()) if r.value},
+            "verify_seconds_by_batch": {str(b): s.value for b, s in sorted(self._verify.items())},
+            "acceptance": mean,
+            "acceptance_interval": [lo, up],
             "acceptance_recent": self.acceptance(),
             "pauses": self.pauses,
             "probes": self.probes,

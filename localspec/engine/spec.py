@@ -23,11 +23,17 @@ class DrafterKind(str, Enum):
 
     MODEL = "model"        # a small model with the target's tokenizer
     NGRAM = "ngram"        # prompt lookup: what followed the last n-gram earlier on
+    NGRAM_MODEL = "ngram+model"   # prompt lookup first, the draft model when it finds nothing
     NONE = "none"          # the target alone (the baseline)
 
     @property
     def label(self) -> str:
         return _LABELS[self]
+
+    @property
+    def uses_model(self) -> bool:
+        """Whether this drafter needs a draft model loaded."""
+        return self in (DrafterKind.MODEL, DrafterKind.NGRAM_MODEL)
 
     @classmethod
     def parse(cls, value: str | DrafterKind) -> DrafterKind:
@@ -38,7 +44,7 @@ class DrafterKind(str, Enum):
 
 
 _LABELS = {DrafterKind.MODEL: "draft model", DrafterKind.NGRAM: "n-gram (prompt lookup)",
-           DrafterKind.NONE: "none (target only)"}
+           DrafterKind.NGRAM_MODEL: "prompt lookup, then draft model", DrafterKind.NONE: "none (target only)"}
 
 
 class SpecError(BadInput):
@@ -107,13 +113,14 @@ class RunSpec:
             _int_at_least("seed", s.seed, 0)
         return self
 
-    def policy(self) -> Policy:
-        """A fresh drafting policy for one generation."""
+    def policy(self, learned: dict | None = None) -> Policy:
+        """The drafting policy for one generation; ``learned`` (what an earlier generation's
+        adaptive policy measured, :meth:`Policy.learned`) seeds an adaptive one."""
         if not self.speculative:
             return FixedPolicy(0)
         if not self.adaptive:
             return FixedPolicy(self.draft_max, self.p_min)
-        return AdaptivePolicy(self.draft_min, self.draft_max, self.p_min, can_pause=self.can_pause)
+        return AdaptivePolicy(self.draft_min, self.draft_max, self.p_min, can_pause=self.can_pause, learned=learned)
 
     @classmethod
     def of(cls, **values) -> RunSpec:

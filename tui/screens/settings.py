@@ -62,9 +62,9 @@ class SettingsScreen(ModalScreen[RunSpec | None]):
         drafter = self.query_one("#set-drafter", Select).value
         adaptive = self.query_one("#set-adaptive", Select).value
         settings = parse_settings(values, drafter=str(drafter), adaptive=bool(adaptive))
-        if settings.drafter is DrafterKind.MODEL and not self.has_draft:
-            raise SettingError("drafter", "drafter 'draft model': these models have no draft; pick a pair "
-                                          "in the models screen (F3)")
+        if settings.drafter.uses_model and not self.has_draft:
+            raise SettingError("drafter", f"drafter '{settings.drafter.label}': these models have no draft; "
+                                          "pick a pair in the models screen (F3)")
         return settings
 
     def show_error(self, err: SettingError) -> None:

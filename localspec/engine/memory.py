@@ -1,0 +1,102 @@
+"""What the adaptive policy learned about a pair, kept across generations and processes.
+
+Costs (a target step, verify batches, draft steps) belong to the pair and the machine, and
+acceptance mostly to the pair: a new generation, a new chat turn or a new request should
+start from them rather than measure them again. :class:`Memory` keeps the latest
+:meth:`AdaptivePolicy.learned` per drafter in the Engine, and on disk in ``learned.json``
+next to `localspec tune`'s store, keyed like it by the two files and the backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from ..bench.tuning import pair_key
+from ..paths import home
+
+FILE = "learned.json"
+
+
+def _path() -> Path:
+    return home() / FILE
+
+
+def load() -> dict:
+    p = _path()
+    if not p.exists():
+        return {}
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _save(data: dict) -> None:
+    p = _path()
+    tmp = p.with_name(f"{FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    tmp.replace(p)
+
+
+def reset() -> int:
+    """Forget everything learned; the number of entries forgotten."""
+    n = len(load())
+    if n:
+        _save({})
+    return n
+
+
+class Memory:
+    """The learned policy state of one loaded pair, per drafter kind (a string)."""
+
+    def __init__(self, target: str, draft: str | None, backend: str, persist: bool = True):
+        self.target, self.draft, self.backend = target, draft, backend
+        self.persist = persist
+        self._states: dict[str, dict] = {}
+        self._key: str | None = None
+
+    def key(self, drafter: str) -> str | None:
+        if self._key is None:
+            try:
+                self._key = pair_key(self.target, self.draft, self.backend)
+            except OSError:
+                return None
+        return f"{self._key}|{drafter}"
+
+    def get(self, drafter: str) -> dict | None:
+        """The last state learned with this drafter: this process's, else the stored one."""
+        if drafter not in self._states and self.persist:
+            key = self.key(drafter)
+            entry = load().get(key) if key else None
+            if isinstance(entry, dict) and isinstance(entry.get("state"), dict):
+                self._states[drafter] = entry["state"]
+        return self._states.get(drafter)
+
+    def put(self, drafter: str, state: dict) -> None:
+        self._states[drafter] = state
+        if not self.persist:
+            return
+        key = self.key(drafter)
+        if key is None:
+            return
+        try:
+            data = load()
+            data[key] = {"target": Path(self.target).name, "draft": Path(self.draft).name if self.draft else None,
+                         "backend": self.backend, "drafter": drafter, "state": state,
+                         "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            _save(data)
+        except OSError:
+            pass   # a read-only home: keep it for this process only
+
+    def forget(self) -> None:
+        """Forget this pair's states here and on disk."""
+        self._states.clear()
+        if self.persist and self._key is not None:
+            data = load()
+            for k in [k for k in data if k.startswith(self._key + "|")]:
+                del data[k]
+            _save(data)

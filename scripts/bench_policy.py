@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""Does the default drafting policy keep its promise on every pair? Writes JSON.
+
+The matrix of issue 14, greedy, every prompt of the built-in set (localspec.bench.sweep.PROMPTS),
+at 128 and 512 tokens, on three pairs:
+
+* ``demo``  - SmolLM2-135M F16 target + its shipped Q4_1 as draft (chat template),
+* ``pays``  - generated models that agree on every token, the draft ~100x cheaper (drafting pays),
+* ``loses`` - the same two the other way round, the draft ~100x dearer (drafting loses).
+
+Settings: the target alone, fixed K (--ks), and the default (adaptive, draft model); on the demo
+pair also prompt lookup alone (``ngram``) and the chain (``ngram+model``), both adaptive. Runs
+alternate: each repetition runs every setting of a prompt in a rotated order, so a slow spell of
+the (shared) machine hits all settings alike. Medians and the spread (min-max) are reported.
+
+The default runs as a user gets it: one Engine per pair keeps what the policy learned from one
+generation to the next (within this script only: ``remember=False`` leaves the on-disk store
+alone). The first default run of each pair, before anything is learned, is reported as ``cold``.
+
+    python scripts/bench_policy.py --runs 3 --threads 1 --out docs/bench/policy.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# A home of its own: the demo pair's F16 target is made there once, and no other localspec
+# process on the machine can replace a file this one has mapped.
+os.environ.setdefault("LOCALSPEC_HOME", str(ROOT / ".cache" / "bench_policy" / "home"))
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))   # tiny_gguf: the generated pairs
+
+from localspec.bench.sweep import PROMPTS  # noqa: E402
+from localspec.engine import Done, DrafterKind, Engine, EngineConfig, PromptProcessed, RunSpec, SamplingConfig  # noqa: E402
+from localspec.engine.backend import backend_name  # noqa: E402
+
+GREEDY = SamplingConfig(temperature=0.0, seed=0)
+DEFAULT = RunSpec(sampling=GREEDY)      # the defaults: adaptive, draft model, K up to 8
+
+
+def generated_pair(root: Path, which: str) -> tuple[str, str]:
+    """The cost pair of tests/conftest.py (``cost_pairs``): both predict sigma(last token);
+    'big' is ~100x dearer per step than 'small'."""
+    from tiny_gguf import TinySpec, write_tiny_model
+
+    def made(name: str, spec: TinySpec) -> Path:
+        path = root / name
+        if not path.is_file():   # never rewrite a file another run may have mapped
+            tmp = root / f".{name}.{os.getpid()}"
+            write_tiny_model(tmp, spec)
+            tmp.replace(path)
+        return path
+
+    big = made("bigram-big.gguf", TinySpec(n_embd=768, n_ff=1536, n_layer=4, n_head=8, n_head_kv=4, bigram_seed=5,
+                                           layer_gain=0.05, f16=True))
+    small = made("bigram-small.gguf", TinySpec(n_embd=64, n_layer=1, bigram_seed=5, layer_gain=0.05))
+    return (str(big), str(small)) if which == "pays" else (str(small), str(big))
+
+
+def settings(ks: list[int], chain: bool) -> dict[str, RunSpec]:
+    out = {"target": DEFAULT.with_(drafter=DrafterKind.NONE)}
+    out |= {f"K={k}": DEFAULT.with_(adaptive=False, draft_max=k) for k in ks}
+    out["default"] = DEFAULT
+    if chain:
+        out["ngram"] = DEFAULT.with_(drafter=DrafterKind.NGRAM)
+        out["ngram+model"] = DEFAULT.with_(drafter=DrafterKind.NGRAM_MODEL)
+    return out
+
+
+def one(engine: Engine, tokens: list[int], spec: RunSpec) -> dict:
+    engine.reset()
+    done = None
+    c0 = time.process_time()
+    for ev in engine.run(tokens, spec):
+        if isinstance(ev, PromptProcessed):
+            c0 = time.process_time()   # the generation starts here, as its tok/s does
+        elif isinstance(ev, Done):
+            cpu_gen = time.process_time() - c0
+            done = ev
+    # cpu_gen: CPU seconds of the generation, prompt to Done. With one thread per model, what
+    # this process computed, whatever else the machine ran meanwhile.
+    s = done.summary
+    return {"tok_s": s.tokens_per_second, "cpu_tok_s": s.n_generated / cpu_gen if cpu_gen > 0 else 0.0,
+            "tokens": s.n_generated, "acceptance": s.acceptance_rate,
+            "tokens_per_step": s.tokens_per_step, "drafting_off": s.tokens_drafting_off, "pauses": s.pauses,
+            "probes": s.probes, "k_max": s.k_max, "seeded": bool(done.policy.get("seeded")),
+            "ids_hash": hash(done.token_ids)}
+
+
+def summary(rows: list[dict]) -> dict:
+    tps = [r["tok_s"] for r in rows]
+    cpu = [r["cpu_tok_s"] for r in rows]
+    return {"tok_s": statistics.median(tps), "min": min(tps), "max": max(tps), "runs": tps,
+            "cpu_tok_s": statistics.median(cpu), "cpu_min": min(cpu), "cpu_max": max(cpu), "cpu_runs": cpu,
+            "acceptance": statistics.median(r["acceptance"] for r in rows),
+            "drafting_off": statistics.median(r["drafting_off"] for r in rows),
+            "pauses": max(r["pauses"] for r in rows), "tokens": rows[0]["tokens"]}
+
+
+def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: None) -> dict:
+    chat = name == "demo"
+    chain = name == "demo" and not args.no_chain
+    specs = settings(args.ks, chain)
+    engine = Engine(EngineConfig(target=target, draft=draft, n_ctx=2048, threads=args.threads,
+                                 rollback_depth=max(args.ks + [8]) + 1, remember=False))
+    prompts = [p for p in PROMPTS if not args.prompts or p["id"] in args.prompts]
+    encoded = {p["id"]: engine.chat_prompt([{"role": "user", "content": p["prompt"]}]) if chat
+               else engine.tokenize(p["prompt"]) for p in prompts}
+    first = encoded[prompts[0]["id"]]
+    cold = one(engine, first, DEFAULT.with_(max_tokens=min(args.lengths)))    # nothing learned yet
+    log(f"{name}: cold default {cold['tok_s']:.1f} tok/s")
+    entry = {"pair": name, "target": target, "draft": draft, "chat_template": chat, "cold_default": cold,
+             "cells": []}
+    cells = entry["cells"]
+    for spec in specs.values():                                              # warm-up, excluded
+        one(engine, first, spec.with_(max_tokens=16))
+    for n in args.lengths:
+        for p in prompts:
+            rows: dict[str, list] = {s: [] for s in specs}
+            order = list(specs)
+            for rep in range(args.runs):
+                rot = order[rep % len(order):] + order[:rep % len(order)]
+                for s in rot:
+                    rows[s].append(one(engine, encoded[p["id"]], specs[s].with_(max_tokens=n)))
+            cell = {"pair": name, "prompt": p["id"], "category": p["category"], "n": n,
+                    "settings": {s: summary(r) for s, r in rows.items()},
+                    "lossless": all(r["ids_hash"] == rows["target"][0]["ids_hash"]
+                                    for rs in rows.values() for r in rs)}
+            st = cell["settings"]
+            fixed = {s: v["tok_s"] for s, v in st.items() if s.startswith("K=")}
+            best_name, best = max([("target", st["target"]["tok_s"])] + list(fixed.items()), key=lambda x: x[1])
+            cell["best"] = best_name
+            cell["default_vs_best"] = st["default"]["tok_s"] / best
+            # the same ratio from the least and most favourable runs: the spread of the verdict
+            cell["default_vs_best_range"] = [st["default"]["min"] / max(st[best_name]["max"], 1e-9),
+                                             st["default"]["max"] / max(st[best_name]["min"], 1e-9)]
+            cell["meets_0_97"] = cell["default_vs_best"] >= 0.97
+            # the same verdict on CPU time (insensitive to other processes taking the CPU)
+            cpu_best_name, cpu_best = max([("target", st["target"]["cpu_tok_s"])]
+                                          + [(s, st[s]["cpu_tok_s"]) for s in fixed], key=lambda x: x[1])
+            cell["cpu_best"] = cpu_best_name
+            cell["cpu_default_vs_best"] = st["default"]["cpu_tok_s"] / cpu_best
+            cell["cpu_meets_0_97"] = cell["cpu_default_vs_best"] >= 0.97
+            if chain:
+                better = max(st["ngram"]["tok_s"], st["default"]["tok_s"])
+                cell["chain_vs_better"] = st["ngram+model"]["tok_s"] / better
+                need = 1.0 if p["category"] in ("code", "summarisation") else 0.97
+                cell["chain_meets"] = cell["chain_vs_better"] >= need
+                cell["chain_vs_model"] = st["ngram+model"]["tok_s"] / st["default"]["tok_s"]
+                cpu_better = max(st["ngram"]["cpu_tok_s"], st["default"]["cpu_tok_s"])
+                cell["cpu_chain_vs_better"] = st["ngram+model"]["cpu_tok_s"] / cpu_better
+                cell["cpu_chain_meets"] = cell["cpu_chain_vs_better"] >= need
+            cells.append(cell)
+            save(entry)   # every finished cell survives an interruption
+            log(f"{name} n={n} {p['id']}: " + ", ".join(f"{s} {v['tok_s']:.1f}" for s, v in st.items())
+                + f" -> default/best {cell['default_vs_best']:.3f}"
+                + (f", chain/better {cell['chain_vs_better']:.3f}" if chain else ""))
+    engine.close()
+    return entry
+
+
+def paired(cell: dict, a: str, b: str) -> float:
+    """Median over repetitions of a's tok/s over b's in the same repetition: the runs of one
+    repetition are minutes apart at most, so a slow spell of the machine hits both."""
+    ra, rb = cell["settings"][a]["runs"], cell["settings"][b]["runs"]
+    return statistics.median(x / y for x, y in zip(ra, rb))
+
+
+def markdown(paths: list[str]) -> str:
+    """Tables of one or more result files: per pair, prompt and length, the medians (tok/s) and
+    the verdicts."""
+    lines = []
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        for pair in data["pairs"]:
+            cells = pair["cells"]
+            names = list(cells[0]["settings"])
+            chain = "chain_vs_better" in cells[0]
+            head = ["prompt", "n"] + names + ["default / best (range)", "paired", "CPU-time: default / best"] + (
+                ["chain / better", "chain / model", "CPU-time: chain / better"] if chain else [])
+            lines += [f"\n{pair['pair']} ({Path(path).name}, {data['runs']} runs, threads {data['threads']}; "
+                      f"cold default {pair['cold_default']['tok_s']:.1f} tok/s)\n",
+                      "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            for c in cells:
+                st = c["settings"]
+                row = [c["prompt"], str(c["n"])]
+                spread = data["runs"] > 1
+                row += [f"{st[s]['tok_s']:.1f}" + (f" ({st[s]['min']:.0f}-{st[s]['max']:.0f})" if spread else "")
+                        for s in names]
+                lo, hi = c["default_vs_best_range"]
+                mark = "" if c["meets_0_97"] else " ✗"
+                row.append(f"**{c['default_vs_best']:.3f}**{mark} ({lo:.2f}-{hi:.2f})")
+                row.append(f"{paired(c, 'default', c['best']):.3f}")
+                if "cpu_default_vs_best" in c:
+                    row.append(f"**{c['cpu_default_vs_best']:.3f}**" + ("" if c["cpu_meets_0_97"] else " ✗")
+                               + f" (best {c['cpu_best']})")
+                else:
+                    row.append("-")
+                if chain:
+                    row.append(f"{c['chain_vs_better']:.3f}" + ("" if c["chain_meets"] else " ✗"))
+                    row.append(f"{c['chain_vs_model']:.3f}")
+                    row.append(f"{c['cpu_chain_vs_better']:.3f}" + ("" if c.get("cpu_chain_meets") else " ✗")
+                               if "cpu_chain_vs_better" in c else "-")
+                lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines).lstrip("\n")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", nargs="*", default=["demo", "pays", "loses"], choices=["demo", "pays", "loses"])
+    ap.add_argument("--prompts", nargs="*", default=None, help="prompt ids (default: all)")
+    ap.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[128, 512])
+    ap.add_argument("--ks", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="CPU threads per model (1 by default: on a shared 2-core machine two threads "
+                         "wait on each other's time slices)")
+    ap.add_argument("--no-chain", action="store_true")
+    ap.add_argument("--models", default=str(ROOT / ".cache" / "bench_policy"), help="where generated pairs go")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "bench" / "policy.json"))
+    ap.add_argument("--table", nargs="+", metavar="JSON", help="print Markdown tables of result files and exit")
+    args = ap.parse_args(argv)
+    if args.table:
+        print(markdown(args.table))
+        return 0
+    t0 = time.time()
+
+    def log(msg: str) -> None:
+        print(f"[{time.time() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    out = {"command": " ".join(["scripts/bench_policy.py"] + (argv if argv is not None else sys.argv[1:])),
+           "lengths": args.lengths, "ks": args.ks, "runs": args.runs, "threads": args.threads,
+           "backend": backend_name(-1), "machine": platform.processor() or platform.machine(),
+           "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "pairs": []}
+    Path(args.models).mkdir(parents=True, exist_ok=True)
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for name in args.pairs:
+        if name == "demo":
+            from localspec.models.demo import demo_pair
+
+            t, d = (str(x) for x in demo_pair(progress=log))
+        else:
+            t, d = generated_pair(Path(args.models), name)
+        out["pairs"].append(None)
+
+        def save(entry):
+            out["pairs"][-1] = entry
+            out["seconds"] = round(time.time() - t0, 1)
+            path.write_text(json.dumps(out, indent=1))
+
+        save(run_pair(name, t, d, args, log, save))
+    cells = [c for p in out["pairs"] for c in p["cells"]]
+    out["summary"] = {
+        "cells": len(cells),
+        "default_meets_0_97": sum(c["meets_0_97"] for c in cells),
+        "cpu_default_meets_0_97": sum(c["cpu_meets_0_97"] for c in cells),
+        "cpu_misses": [{k: c[k] for k in ("pair", "prompt", "n", "cpu_best", "cpu_default_vs_best")}
+                       for c in cells if not c["cpu_meets_0_97"]],
+        "cpu_chain_meets": sum(c.get("cpu_chain_meets", False) for c in cells),
+        "misses": [{k: c[k] for k in ("pair", "prompt", "n", "best", "default_vs_best", "default_vs_best_range")}
+                   for c in cells if not c["meets_0_97"]],
+        "chain_meets": sum(c.get("chain_meets", False) for c in cells if "chain_meets" in c),
+        "chain_cells": sum(1 for c in cells if "chain_meets" in c),
+        "chain_misses": [{k: c[k] for k in ("prompt", "n", "chain_vs_better", "chain_vs_model")}
+                         for c in cells if c.get("chain_meets") is False],
+    }
+    path.write_text(json.dumps(out, indent=1))
+    log(f"wrote {path}: {json.dumps(out['summary'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
