@@ -23,6 +23,7 @@ class DrafterKind(str, Enum):
 
     MODEL = "model"        # a small model with the target's tokenizer
     NGRAM = "ngram"        # prompt lookup: what followed the last n-gram earlier on
+    MTP = "mtp"            # the target's own multi-token-prediction head
     NONE = "none"          # the target alone (the baseline)
 
     @property
@@ -38,7 +39,7 @@ class DrafterKind(str, Enum):
 
 
 _LABELS = {DrafterKind.MODEL: "draft model", DrafterKind.NGRAM: "n-gram (prompt lookup)",
-           DrafterKind.NONE: "none (target only)"}
+           DrafterKind.NONE: "none (target only)", DrafterKind.MTP: "MTP head"}
 
 
 class SpecError(BadInput):
