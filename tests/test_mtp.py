@@ -33,6 +33,15 @@ PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there w
 MTP_TARGET = Qwen35Spec(mtp=True, bigram_seed=5, layer_gain=0.05, mtp_noise=2.0)
 
 
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch):
+    """One llama.cpp thread per context: two contexts (target and draft or MTP head) each
+    spinning on every core of this small shared machine slow the tiny models ~100x."""
+    import localspec.engine.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "default_threads", lambda: 1)
+
+
 @pytest.fixture(scope="module")
 def qz(tmp_path_factory):
     return RecurrentZoo(tmp_path_factory.mktemp("mtp"))
@@ -257,3 +266,79 @@ def test_chat_core_loads_the_mtp_head(models):
     assert not plain.has_mtp()
     with pytest.raises(BadInput):
         plain.check_settings(RunSpec(drafter=DrafterKind.MTP))
+
+
+# -- pull --------------------------------------------------------------------------------
+
+Q_REPO = "ggml-org/Qwen3.8-27B-GGUF"   # the catalog's qwen-27b: its MTP head ships apart
+
+
+@pytest.fixture
+def fake_hub(split, models, monkeypatch, tmp_path):
+    from hubserver import FakeHub, configure_client
+
+    from localspec.models import hub as lhub
+
+    trunk, head = split
+    with FakeHub() as h:
+        h.add_file(Q_REPO, "Qwen3.8-27B-Q4_K_M.gguf", trunk)
+        h.add_file(Q_REPO, "mtp-Qwen3.8-27B-Q8_0.gguf", head)
+        h.add_file(Q_REPO, "mtp-Qwen3.8-27B-Q4_0.gguf", head)
+        h.add_file("acme/Embedded-GGUF", "embedded-q4_k_m.gguf", models["mtp"])
+        h.add_file("acme/Plain-GGUF", "plain-q4_k_m.gguf", models["plain"])
+        configure_client(monkeypatch, h, tmp_path)
+        monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path / "home"))
+        monkeypatch.setattr(lhub, "_retry_pause", lambda attempt: None)
+        yield h
+
+
+def test_pull_fetches_the_separate_mtp_head(fake_hub, monkeypatch):
+    from hubserver import set_offline
+
+    from localspec.models.store import Store
+
+    r = run_cli("pull", "qwen-27b", "--draft", "mtp", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert [f["path"] for f in plan["files"]] == ["Qwen3.8-27B-Q4_K_M.gguf", "mtp-Qwen3.8-27B-Q8_0.gguf"]
+    assert plan["draft"] is None and plan["mtp"] == {"embedded": False, "file": "mtp-Qwen3.8-27B-Q8_0.gguf"}
+    assert any("ships its MTP head apart" in n for n in plan["notes"])
+    assert plan["header_bytes"] < sum(f["size"] for f in plan["files"]) and not Store().models()
+    r = run_cli("pull", "qwen-27b", "--draft", "mtp", "--draft-quant", "Q4_0", "--dry-run", "--json")
+    assert json.loads(r.stdout)["mtp"]["file"] == "mtp-Qwen3.8-27B-Q4_0.gguf"
+    # the real pull: the target is registered, the head lies next to it
+    r = run_cli("pull", "qwen-27b", "--draft", "mtp")
+    assert r.returncode == 0, r.stderr
+    assert "--draft mtp" in r.stderr
+    assert [m.name for m in Store().models()] == ["qwen-27b:q4_k_m"]
+    r = run_cli("run", "-m", "qwen-27b", "--draft", "mtp", "-p", "The quick", "-n", "12", "--temp", "0", "--json")
+    assert r.returncode == 0, r.stderr
+    mtp = json.loads(r.stdout)["engine"]["mtp"]
+    assert mtp["embedded"] is False and mtp["path"].endswith("mtp-Qwen3.8-27B-Q8_0.gguf")
+    # offline, a second pull completes from the cache alone and says the same
+    set_offline(monkeypatch, True)
+    fake_hub.clear_log()
+    r = run_cli("pull", "qwen-27b", "--draft", "mtp", "--json")
+    assert r.returncode == 0, r.stderr
+    assert fake_hub.log == [] and json.loads(r.stdout)["mtp"]["file"] == "mtp-Qwen3.8-27B-Q8_0.gguf"
+
+
+def test_pull_notes_an_embedded_head_and_refuses_a_missing_one(fake_hub, monkeypatch):
+    r = run_cli("pull", "acme/Embedded-GGUF:Q4_K_M", "--draft", "mtp", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["mtp"] == {"embedded": True, "file": None} and len(plan["files"]) == 1
+    assert any("embedded in embedded-q4_k_m.gguf" in n for n in plan["notes"])
+    r = run_cli("pull", "acme/Plain-GGUF:Q4_K_M", "--draft", "mtp", "--dry-run")
+    assert r.returncode != 0 and "no MTP head" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("pull", "qwen-27b", "--draft", "mtp:x.gguf", "--dry-run")
+    assert r.returncode != 0 and "takes no path" in r.stderr
+    # offline with nothing cached: the catalog's word first, then why nothing can be fetched
+    from hubserver import set_offline
+
+    set_offline(monkeypatch, True)
+    r = run_cli("pull", "qwen-27b", "--draft", "mtp")
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert lines[0].startswith("note: qwen-27b ships its MTP head apart (mtp-Qwen3.8-27B-Q4_0.gguf")
+    assert "HF_HUB_OFFLINE" in lines[-1] and "Traceback" not in r.stderr

@@ -91,23 +91,16 @@ def sibling_heads(target: str) -> list[Path]:
             n += 1
         return n
 
-    found = [c for c in p.parent.glob(MTP_PREFIX + "*.gguf") if c.is_file() and c.resolve() != p.resolve()]
+    # next to it, or one folder down (some repos keep heads in MTP/)
+    found = [c for pattern in (MTP_PREFIX + "*.gguf", "*/" + MTP_PREFIX + "*.gguf") for c in p.parent.glob(pattern)
+             if c.is_file() and c.resolve() != p.resolve()]
     return sorted(found, key=lambda c: (-shared(c), c.name))
 
 
 def check_head(target_meta: GGUFMetadata, head: str) -> GGUFMetadata:
     """Read ``head`` and refuse it (one line) unless it is an MTP head for this target."""
     meta = read_metadata(head)
-    if mtp_layers(meta) <= 0:
-        raise BadInput(f"{head}: carries no MTP (nextn) layers")
-    if _width(meta) != _width(target_meta):
-        a, e, v = _width(meta)
-        ta, te, tv = _width(target_meta)
-        raise BadInput(f"{head}: an MTP head for {a} with n_embd {e} and {v} tokens, "
-                       f"not for this target ({ta}, n_embd {te}, {tv} tokens)")
-    base, tbase = meta.get("general.basename"), target_meta.get("general.basename")
-    if base and tbase and base != tbase:
-        raise BadInput(f"{head}: the MTP head of {base}, not of {tbase}")
+    check_head_metadata(target_meta, meta, str(head))
     return meta
 
 
@@ -129,3 +122,55 @@ def locate_mtp(target: str, head: str | None = None) -> MtpSource:
         return MtpSource(target, str(cand), mtp_layers(meta))
     raise BadInput(f"{Path(target).name} has no MTP head: it carries no MTP (nextn) layers and no "
                    f"{MTP_PREFIX}*.gguf lies next to it; give one with --draft mtp:PATH, or use another drafter")
+
+
+# ---------------------------------------------------------------------------------------
+# Pulling: which file of a Hub repo is the target's MTP head
+
+
+def check_head_metadata(target_meta: GGUFMetadata, meta: GGUFMetadata, label: str) -> None:
+    """Refuse (one line) a head that is not an MTP head for this target."""
+    if mtp_layers(meta) <= 0:
+        raise BadInput(f"{label}: carries no MTP (nextn) layers")
+    if _width(meta) != _width(target_meta):
+        a, e, v = _width(meta)
+        ta, te, tv = _width(target_meta)
+        raise BadInput(f"{label}: an MTP head for {a} with n_embd {e} and {v} tokens, "
+                       f"not for this target ({ta}, n_embd {te}, {tv} tokens)")
+    base, tbase = meta.get("general.basename"), target_meta.get("general.basename")
+    if base and tbase and base != tbase:
+        raise BadInput(f"{label}: the MTP head of {base}, not of {tbase}")
+
+
+def pick_head_file(paths: list[str], quant: str | None, target_quant: str | None) -> str | None:
+    """The ``mtp-*.gguf`` of a repo listing to fetch: ``quant`` if given, else the target's
+    quant, else Q8_0, else the first by name."""
+    heads = sorted(p for p in paths if p.rsplit("/", 1)[-1].lower().startswith(MTP_PREFIX) and p.endswith(".gguf"))
+    if not heads:
+        return None
+
+    def named(q: str | None) -> list[str]:
+        if not q:
+            return []
+        key = q.lower().replace("-", "_")
+        return [p for p in heads if key in p.rsplit("/", 1)[-1].lower().replace("-", "_")]
+
+    if quant:
+        hits = named(quant)
+        if not hits:
+            raise BadInput(f"no {quant.upper()} MTP head among {', '.join(heads)}")
+        return hits[0]
+    for q in (target_quant, "Q8_0"):
+        if named(q):
+            return named(q)[0]
+    return heads[0]
+
+
+def mtp_catalog_note(model) -> str:
+    """What the catalog says about a model's MTP head, before any network access."""
+    if model.mtp == "embedded":
+        return f"{model.alias} embeds its MTP head in its GGUFs: nothing more to fetch"
+    if model.mtp == "separate":
+        return (f"{model.alias} ships its MTP head apart ({', '.join(model.mtp_files.values())}): "
+                "fetching one next to the target")
+    return f"the catalog does not say where {model.alias}'s MTP head is: looking for mtp-*.gguf in its repo"
