@@ -276,7 +276,7 @@ def add_bpe_tokenizer(w: gguf.GGUFWriter, tokens: list[str], types: list, merges
     w.add_chat_template(CHATML)
 
 
-def write_model(path: str | Path, spec) -> Path:
+def write_model(path: str | Path, spec: TinySpec | RecurrentSpec | object) -> Path:
     """Write any kind of tiny model (a spec with its own ``write`` method writes itself)."""
     if hasattr(spec, "write"):
         return spec.write(path)
