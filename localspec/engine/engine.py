@@ -126,6 +126,8 @@ class Engine:
         spec.validate()
         gen = self._generator(spec.drafter)
         with self._lock:
+            if self.mtp_ctx is not None:   # the head follows the target's decodes only while it drafts
+                self._generators[DrafterKind.MTP].drafter.attach(spec.drafter is DrafterKind.MTP)
             yield from gen.generate(prompt_tokens, spec, spec.policy(), cancel)
 
     def reset(self) -> None:

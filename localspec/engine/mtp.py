@@ -106,10 +106,11 @@ class MtpContext:
         ll.llama_memory_clear(self.mem, True)
         self.tokens = []
 
-    def decode(self, tokens: list[int], pos0: int, hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def decode(self, tokens: list[int], pos0: int, hidden: np.ndarray,
+               output: bool = True) -> tuple[np.ndarray, np.ndarray] | None:
         """Decode ``tokens`` at positions pos0.. paired row by row with ``hidden`` (float32,
         C-contiguous, one row per token); return the logits and the nextn row of the last one
-        (views valid until the next decode)."""
+        (views valid until the next decode), or None when ``output`` is off."""
         n = len(tokens)
         b, pos, embd = self._batch, self._pos, self._embd
         row_bytes = self.n_embd * 4
@@ -125,7 +126,7 @@ class MtpContext:
                 embd.data = ctypes.cast(base + i * row_bytes, _FLOAT_P)
                 if not ll.llama_batch_ext_set_embd_token(b, idx, embd):  # pragma: no cover - defensive
                     raise LocalspecError("MTP: could not attach a hidden state to the batch")
-            if start + m == n:
+            if output and start + m == n:
                 ll.llama_batch_ext_set_output_logits(b, m - 1, True)
             t0 = time.perf_counter()
             rc = ll.llama_process(self.ptr, ll.LLAMA_PROCESS_TYPE_DECODE, b)
@@ -135,6 +136,8 @@ class MtpContext:
                 why = last_log_error()
                 raise LocalspecError(f"MTP decode failed (code {rc}){': ' + why if why else ''}")
             start += m
+        if not output:
+            return None
         logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ptr, -1), shape=(self.model.n_vocab,))
         row = np.ctypeslib.as_array(lx.llama_get_embeddings_nextn_ith(self.ptr, -1), shape=(self.n_embd,))
         return logits, row
@@ -176,37 +179,77 @@ class MtpDrafter:
         self._h_tok = np.full(target.n_ctx + 1, -1, dtype=np.int64)
         self._eog = target.model.eog_mask
         lx.llama_set_embeddings_nextn(target.ptr, True, False)   # a row for every token
+        self._active = False
+        self._synced = False
         target.on_decode = self._capture
+
+    def attach(self, active: bool) -> None:
+        """Whether the head follows the target's decodes as they happen (while it drafts) or
+        only keeps their hidden rows (while another drafter runs on the same target)."""
+        self._active = active
+        self._synced = False
 
     def _capture(self, base: int, chunk: list[int]) -> None:
         m = len(chunk)
         rows = np.ctypeslib.as_array(lx.llama_get_embeddings_nextn(self.target.ptr), shape=(m, self.ctx.n_embd))
         self._h[base:base + m] = rows
         self._h_tok[base:base + m] = chunk
-
-    def _sync(self, context: list[int]) -> tuple[np.ndarray, np.ndarray, int]:
-        """Make the head's entries for every position up to the last token of ``context``
-        (whose output is the first draft); return that output and how many entries it took."""
+        if not self._active:
+            return
+        # As llama.cpp's draft-mtp process(): the same batch into the head, each token with
+        # the hidden row of the position before it (same batches, same numbers).
         head = self.ctx
-        last = len(context) - 1
-        n = head.truncate(min(_common_prefix(head.tokens, context), last))
-        if last > 0 and not np.array_equal(self._h_tok[max(n - 1, 0):last], context[max(n - 1, 0):last]):
+        if self._synced and head.n_past >= base:
+            head.truncate(base)
+        else:
+            self._catch_up(self.target.tokens[:base], base)
+            self._synced = True
+        hidden = np.empty((m, head.n_embd), dtype=np.float32)
+        hidden[0] = self._h[base - 1] if base > 0 else 0.0
+        hidden[1:] = rows[:m - 1]
+        head.decode(chunk, base, hidden, output=False)
+        head.tokens.extend(chunk)
+
+    def _catch_up(self, tokens: list[int], upto: int) -> int:
+        """Make the head's entries for positions < ``upto`` (of ``tokens``) from the target's
+        stored hidden rows; return how many it decoded."""
+        head = self.ctx
+        n = head.truncate(min(_common_prefix(head.tokens, tokens), upto))
+        if n >= upto:
+            return 0
+        if not np.array_equal(self._h_tok[max(n - 1, 0):upto - 1], tokens[max(n - 1, 0):upto - 1]):
             raise LocalspecError("MTP: the target has not decoded the context the head is asked to follow")
-        hidden = np.empty((last + 1 - n, head.n_embd), dtype=np.float32)
+        hidden = np.empty((upto - n, head.n_embd), dtype=np.float32)
         if n == 0:
             hidden[0] = 0.0                      # nothing before the first token
-            hidden[1:] = self._h[:last]
+            hidden[1:] = self._h[:upto - 1]
         else:
-            hidden[:] = self._h[n - 1:last]
-        logits, row = head.decode(context[n:last + 1], n, hidden)
-        head.tokens = list(context[:last + 1])
-        return logits, row, last + 1 - n
+            hidden[:] = self._h[n - 1:upto - 1]
+        head.decode(tokens[n:upto], n, hidden, output=False)
+        head.tokens = list(tokens[:upto])
+        return upto - n
+
+    def _sync(self, context: list[int]) -> tuple[np.ndarray, np.ndarray, int]:
+        """Entries for every position before the last token of ``context`` (normally made
+        already, as the target decoded them), then that token with the hidden row before
+        it, alone, as llama.cpp drafts; return its output and how many entries it took."""
+        head = self.ctx
+        last = len(context) - 1
+        caught = self._catch_up(context, last)
+        head.truncate(last)
+        hidden = np.empty((1, head.n_embd), dtype=np.float32)
+        hidden[0] = self._h[last - 1] if last > 0 else 0.0
+        if last > 0 and self._h_tok[last - 1] != context[last - 1]:  # pragma: no cover - defensive
+            raise LocalspecError("MTP: the target has not decoded the context the head is asked to follow")
+        logits, row = head.decode(context[last:], last, hidden)
+        head.tokens.append(context[last])
+        return logits, row, caught + 1
 
     def prefill(self, tokens: list[int]) -> None:
-        """A new prompt (the target has decoded all but its last token): make the head's
-        entries for it now, so the first draft costs one decode like the others."""
+        """A new prompt (the target has decoded all but its last token): make sure the head
+        has its entries (normally made as the target decoded them)."""
         if len(tokens) > 1:
-            self._sync(tokens[:-1])
+            self._catch_up(tokens, len(tokens) - 1)
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
         t0 = time.perf_counter()
