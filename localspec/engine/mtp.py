@@ -11,15 +11,17 @@ This is llama.cpp's ``--spec-type draft-mtp`` (common/speculative.cpp,
 :class:`~localspec.engine.drafters.Drafter`:
 
 * the target context runs with unmasked nextn embeddings, so each decode leaves one hidden
-  row per token (``h_p``, the state before the final norm and LM head); a hook on the target
+  row per token (``h_p``, the normed hidden state the LM head reads); a hook on the target
   :class:`~localspec.engine.backend.Context` copies them by position;
-* the MTP context's cache entry at position ``p`` is made from (token ``x_p``, ``h_{p-1}``),
-  and depends on nothing else, so it is computed once, for every token the target has
-  decoded, just before drafting: one catch-up decode that also carries the first draft
-  position (``id_last`` with the hidden row before it);
-* each further draft token is one MTP decode of (draft token, the MTP's own output row).
-  Those draft entries used the MTP's rows, not the target's, so they are dropped before the
-  next draft, exactly as llama.cpp's ``seq_rm`` does before it verifies.
+* the MTP context's cache entry at position ``p`` is made from (token ``x_p``, ``h_{p-1}``);
+  while the head drafts, every batch the target decodes (prompt, verify) goes into the head
+  too, each token with the hidden row before it, in the same batches as llama.cpp's
+  ``process()`` (same batches give the same numbers: near-ties in the head's choice then fall
+  the same way). Positions the head missed (another drafter ran meanwhile) are made from the
+  stored rows before it drafts;
+* a draft starts with the last token and the hidden row before it, alone, then each further
+  draft token is one decode of (draft token, the head's own output row). Those entries, and
+  those of rejected tokens, are dropped before the next draft, as llama.cpp's ``seq_rm`` does.
 
 Drafts are greedy (argmax, as llama.cpp's top-1) when sampling is greedy; otherwise drafted
 from the head's own distribution with that distribution as q, which keeps rejection sampling
