@@ -92,8 +92,10 @@ def test_check_cli_compatible(tiny_target, tiny_draft):
     assert "verdict: compatible" in r.stdout
     assert r.stdout.count("PASS") == 5
     assert run_cli("check", "-m", str(tiny_target), "-d", str(tiny_draft)).stdout == r.stdout
-    r = run_cli("check", str(tiny_target))
+    r = run_cli("check", str(tiny_target), str(tiny_draft), str(tiny_draft))
     assert r.returncode == 2 and "give TARGET and DRAFT" in r.stderr
+    r = run_cli("check")
+    assert r.returncode == 2 and "give TARGET (and DRAFT)" in r.stderr
 
 
 def test_check_cli_incompatible_json(zoo, tiny_target):

@@ -247,17 +247,8 @@ def write_recurrent_model(path: str | Path, spec: RecurrentSpec = RecurrentSpec(
         w.add_head_count_kv([spec.n_head_kv if i in spec.attn_layers else 0 for i in range(spec.n_layer)])
         w.add_rope_freq_base(1_000_000.0)
         w.add_shortconv_l_cache(spec.l_cache)
-    w.add_vocab_size(n_vocab)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.f16 else gguf.LlamaFileType.ALL_F32)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
-    w.add_token_merges(list(merges))
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_bos_token_id(spec.bos_id)
-    w.add_eos_token_id(spec.eos_id)
-    w.add_add_bos_token(spec.add_bos)
-    w.add_chat_template(CHATML)
+    add_bpe_tokenizer(w, tokens, types, merges, spec)
     for name, arr in weights.items():
         # only the projection matrices go F16: ggml's ssm_conv kernel, A, D and norms stay F32
         if spec.f16 and arr.ndim == 2 and name.endswith(_F16_OK):
@@ -270,8 +261,25 @@ def write_recurrent_model(path: str | Path, spec: RecurrentSpec = RecurrentSpec(
     return path
 
 
-def write_model(path: str | Path, spec: TinySpec | RecurrentSpec) -> Path:
-    """Write either kind of tiny model."""
+def add_bpe_tokenizer(w: gguf.GGUFWriter, tokens: list[str], types: list, merges, spec) -> None:
+    """The byte-level BPE vocabulary, special tokens and chat template (``spec`` gives
+    bos_id, eos_id and add_bos)."""
+    w.add_vocab_size(len(tokens))
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_merges(list(merges))
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_bos_token_id(spec.bos_id)
+    w.add_eos_token_id(spec.eos_id)
+    w.add_add_bos_token(spec.add_bos)
+    w.add_chat_template(CHATML)
+
+
+def write_model(path: str | Path, spec: TinySpec | RecurrentSpec | object) -> Path:
+    """Write any kind of tiny model (a spec with its own ``write`` method writes itself)."""
+    if hasattr(spec, "write"):
+        return spec.write(path)
     if isinstance(spec, RecurrentSpec):
         return write_recurrent_model(path, spec)
     return write_tiny_model(path, spec)
@@ -279,12 +287,12 @@ def write_model(path: str | Path, spec: TinySpec | RecurrentSpec) -> Path:
 
 @dataclass
 class RecurrentZoo:
-    """Generates tiny models (``TinySpec`` or ``RecurrentSpec``) into one folder, once each."""
+    """Generates tiny models (``TinySpec``, ``RecurrentSpec``, ``Qwen35Spec``...) into one folder, once each."""
 
     root: Path
     made: dict[object, Path] = field(default_factory=dict)
 
-    def get(self, spec: TinySpec | RecurrentSpec = RecurrentSpec(), name: str | None = None) -> Path:
+    def get(self, spec=RecurrentSpec(), name: str | None = None) -> Path:
         if spec not in self.made:
             fname = name or f"tiny-rec-{len(self.made)}.gguf"
             self.made[spec] = write_model(Path(self.root) / fname, spec)

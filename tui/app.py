@@ -208,7 +208,9 @@ class LocalspecApp(App):
             return
         choice = self.session.choice
         has_draft = bool(choice.draft or choice.demo)
-        self.push_screen(SettingsScreen(self.session.settings, has_draft=has_draft), self.apply_settings)
+        has_mtp = self.session.settings.drafter.value == "mtp" or self.session.has_mtp()
+        self.push_screen(SettingsScreen(self.session.settings, has_draft=has_draft, has_mtp=has_mtp),
+                         self.apply_settings)
 
     def apply_settings(self, settings: RunSpec | None) -> None:
         if settings is None:

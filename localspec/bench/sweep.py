@@ -66,7 +66,7 @@ def load_prompts(path: str | Path) -> list[dict]:
 class Setting:
     """One cell of the sweep."""
 
-    drafter: str = "model"          # model | ngram | ngram+model
+    drafter: str = "model"          # model | ngram | ngram+model | mtp
     k: int | None = None            # None: the adaptive policy (draft_max = max of the sweep)
     draft_temp: float | None = None
     p_min: float | None = None
@@ -98,16 +98,19 @@ class Setting:
         return ", ".join(parts)
 
 
+_SAMPLED = ("model", "ngram+model", "mtp")   # drafters with a draft distribution (a draft temperature applies)
+
+
 def grid(draft_max: Iterable[int], draft_temp: Iterable[float | None], p_min: Iterable[float | None],
          policies: Iterable[str], drafters: Iterable[str]) -> list[Setting]:
     cells = []
     dm = list(draft_max)
     for drafter, pol, dt, pm in itertools.product(drafters, policies, draft_temp, p_min):
         if pol == "adaptive":
-            cells.append(Setting(drafter, None, dt if DrafterKind(drafter).uses_model else None, pm))
+            cells.append(Setting(drafter, None, dt if drafter in _SAMPLED else None, pm))
         else:
             for k in dm:
-                cells.append(Setting(drafter, k, dt if DrafterKind(drafter).uses_model else None, pm))
+                cells.append(Setting(drafter, k, dt if drafter in _SAMPLED else None, pm))
     seen, out = set(), []
     for c in cells:
         if c not in seen:

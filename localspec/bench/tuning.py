@@ -26,6 +26,11 @@ def pair_key(target: str | Path, draft: str | Path | None, backend: str) -> str:
     return f"{fingerprint(target)}|{fingerprint(draft) if draft else 'none'}|{backend}"
 
 
+def mtp_key(target: str | Path, head: str | Path | None, backend: str) -> str:
+    """The key of a target drafting with its own MTP head (``head`` None: embedded)."""
+    return pair_key(target, head or target, backend) + "|mtp"
+
+
 def _path() -> Path:
     return home() / FILE
 
@@ -57,6 +62,14 @@ def store(key: str, entry: dict) -> None:
 def lookup(target: str | Path, draft: str | Path | None, backend: str) -> dict | None:
     try:
         key = pair_key(target, draft, backend)
+    except OSError:
+        return None
+    return load().get(key)
+
+
+def lookup_mtp(target: str | Path, head: str | Path | None, backend: str) -> dict | None:
+    try:
+        key = mtp_key(target, head, backend)
     except OSError:
         return None
     return load().get(key)

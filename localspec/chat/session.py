@@ -34,6 +34,7 @@ class ModelChoice:
     cache_type: str = "f16"
     target_name: str | None = None   # how the user knows them (store names), for display
     draft_name: str | None = None
+    mtp_file: str | None = None      # the target's MTP head file (--draft mtp:PATH); None: find it
 
     def label(self) -> str:
         if self.demo:
@@ -69,6 +70,7 @@ class ModelSummary:
     compatible: bool | None          # None: no draft model to check
     n_ctx: int
     threads: int
+    mtp: str | None = None           # where the MTP head is, when the drafter is MTP
 
 
 _FTYPE_NAMES: dict[int, str] | None = None
@@ -153,8 +155,10 @@ class ChatSession:
             if drafter.uses_model and not choice.draft:
                 raise BadInput("this choice has no draft model: pick a pair in the models screen, "
                                "or choose n-gram or no drafting in the settings")
+            head = self.mtp_source(choice) if drafter is DrafterKind.MTP else None
             config = EngineConfig(
                 target=choice.target, draft=choice.draft if drafter.uses_model else None,
+                mtp=head is not None, mtp_file=head.file if head is not None else None,
                 n_ctx=choice.n_ctx, threads=choice.threads, gpu_layers=choice.gpu_layers,
                 gpu_layers_draft=choice.gpu_layers_draft, cache_type=choice.cache_type,
                 rollback_depth=rollback_depth(self.settings))
@@ -180,11 +184,33 @@ class ChatSession:
             compat, ok = report.summary(), report.compatible
         elif drafter is DrafterKind.NGRAM:
             compat, ok = "n-gram drafting: no draft model, nothing to check", None
+        elif drafter is DrafterKind.MTP:
+            compat, ok = "MTP head: the target's own tokens, nothing to check", None
         else:
             compat, ok = "target only: no draft model, nothing to check", None
         desc = engine.describe()
+        mtp = desc.get("mtp")
+        head = None if mtp is None else ("embedded in the target" if mtp["embedded"] else Path(mtp["path"]).name)
         return ModelSummary(target=target, draft=draft, drafter=drafter.value, compat=compat, compatible=ok,
-                            n_ctx=int(desc.get("n_ctx", choice.n_ctx)), threads=int(desc.get("threads", 0)))
+                            n_ctx=int(desc.get("n_ctx", choice.n_ctx)), threads=int(desc.get("threads", 0)),
+                            mtp=head)
+
+    def mtp_source(self, choice: ModelChoice | None = None):
+        """Where the target's MTP head is (a one-line BadInput when it has none)."""
+        from ..models.mtp_head import locate_mtp
+
+        choice = choice or self.choice
+        if choice.demo or not choice.target:
+            raise BadInput("the demo pair (SmolLM2) has no MTP head: pick a target with MTP layers")
+        return locate_mtp(choice.target, choice.mtp_file)
+
+    def has_mtp(self) -> bool:
+        """Whether drafter 'mtp' can run on the chosen target."""
+        try:
+            self.mtp_source()
+        except LocalspecError:
+            return False
+        return True
 
     def needs_reload(self, settings: RunSpec) -> bool:
         """Whether new settings need the engine rebuilt (a draft model not loaded yet)."""
@@ -195,6 +221,8 @@ class ChatSession:
         validate(settings)
         if settings.drafter.uses_model and not (self.choice.draft or self.choice.demo):
             raise BadInput(f"drafter '{settings.drafter.value}' needs a draft model: pick a pair in the models screen")
+        if settings.drafter is DrafterKind.MTP:
+            self.mtp_source()
 
     def use(self, settings: RunSpec) -> None:
         """Generate with these settings from the next message on."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -13,6 +14,7 @@ from ..bench import tuning
 from ..engine import Engine, EngineConfig, rollback_depth
 from ..engine.backend import backend_name
 from ..errors import BadInput
+from ..models.mtp_head import locate_mtp, parse_draft_arg
 from .main import cli
 from .options import hardware_options, resolve_model, validated
 
@@ -42,21 +44,56 @@ def _choices(value: str, name: str, allowed: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _models(opts: dict) -> tuple[str, str]:
+@dataclass(frozen=True)
+class _Models:
+    """What a sweep loads: the target, a draft model and/or the target's MTP head."""
+
+    target: str
+    draft: str | None
+    mtp: bool = False
+    mtp_file: str | None = None      # None with mtp: embedded in the target
+
+    def key(self, backend: str) -> str:
+        if self.draft is None and self.mtp:
+            return tuning.mtp_key(self.target, self.mtp_file, backend)
+        return tuning.pair_key(self.target, self.draft, backend)
+
+    @property
+    def draft_label(self) -> str:
+        if self.draft:
+            return Path(self.draft).name
+        return "MTP head" + (f" ({Path(self.mtp_file).name})" if self.mtp_file else " (embedded)")
+
+
+def _drafters(opts: dict) -> list[str]:
+    """--drafter, whose default follows -d: a draft model, or the MTP head with -d mtp."""
+    default = "mtp" if parse_draft_arg(opts.get("draft"))[0] else "model"
+    return _choices(opts["drafter"] or default, "--drafter", ("model", "ngram", "ngram+model", "mtp"))
+
+
+def _models(opts: dict, drafters: list[str] | tuple[str, ...] = ("model",)) -> _Models:
+    is_mtp, head = parse_draft_arg(opts.get("draft"))
     if opts["demo"]:
         if opts["target"] or opts["draft"]:
             raise BadInput("--demo picks both models; leave out -m and -d")
+        if "mtp" in drafters:
+            raise BadInput("the demo pair (SmolLM2) has no MTP head: leave out --drafter mtp")
         from ..models.demo import demo_pair
 
         t, d = demo_pair(progress=lambda m: click.echo(m, err=True))
-        return str(t), str(d)
-    if not opts["target"] or not opts["draft"]:
-        raise BadInput("give -m TARGET and -d DRAFT (or --demo)")
-    return resolve_model(opts["target"], "target"), resolve_model(opts["draft"], "draft")
+        return _Models(str(t), str(d))
+    draft = None if is_mtp else opts["draft"]
+    if not opts["target"] or (not draft and not is_mtp) or ("model" in drafters and not draft):
+        raise BadInput("give -m TARGET and -d DRAFT (or -d mtp for the target's MTP head, or --demo)")
+    target = resolve_model(opts["target"], "target")
+    mtp = is_mtp or "mtp" in drafters
+    src = locate_mtp(target, resolve_model(head, "MTP head") if head else None) if mtp else None
+    return _Models(target, resolve_model(draft, "draft") if draft else None, mtp, src.file if src else None)
 
 
-def _engine(opts: dict, target: str, draft: str, specs) -> Engine:
-    return Engine(EngineConfig(target=target, draft=draft, n_ctx=opts["n_ctx"], threads=opts["threads"],
+def _engine(opts: dict, models: _Models, specs) -> Engine:
+    return Engine(EngineConfig(target=models.target, draft=models.draft, mtp=models.mtp, mtp_file=models.mtp_file,
+                               n_ctx=opts["n_ctx"], threads=opts["threads"],
                                gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
                                cache_type=opts["cache_type"], rollback_depth=rollback_depth(*specs)))
 
@@ -64,7 +101,8 @@ def _engine(opts: dict, target: str, draft: str, specs) -> Engine:
 def _hardware(f):
     for d in reversed([
         click.option("-m", "--model", "target", metavar="TARGET", help="Target model (file, name or alias)."),
-        click.option("-d", "--draft", metavar="DRAFT", help="Draft model (file, name or alias)."),
+        click.option("-d", "--draft", metavar="DRAFT",
+                     help="Draft model (file, name or alias); 'mtp' or 'mtp:PATH': the target's MTP head."),
         click.option("--demo", is_flag=True, help="Use the built-in demo pair."),
         hardware_options(n_ctx=2048),
     ]):
@@ -107,8 +145,9 @@ def _run_sweep(engine, prompts, cells, *, runs, n, seed, temp, save, label: str)
 @click.option("--draft-temp", default=None, help="Draft temperatures to sweep, e.g. 0,0.3,0.7.")
 @click.option("--p-min", "p_min", default=None, help="Confidence cutoffs to sweep, e.g. 0,0.4,0.75.")
 @click.option("--policy", default="adaptive,fixed", show_default=True, help="adaptive and/or fixed K.")
-@click.option("--drafter", default="model", show_default=True,
-              help="model, ngram and/or ngram+model (prompt lookup, then the model), e.g. model,ngram+model.")
+@click.option("--drafter", default=None,
+              help="model, ngram, ngram+model (prompt lookup, then the model) and/or mtp, e.g. model,ngram+model "
+                   "(default: model; mtp with -d mtp).")
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), help="JSON-lines prompts file.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per cell.")
 @click.option("-n", "n", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens per run.")
@@ -130,16 +169,17 @@ def bench(**opts) -> int:
     Examples:
       localspec bench --demo --draft-max 2,4,8 --runs 2 --json bench.json --csv bench.csv
       localspec bench -m target.gguf -d draft.gguf --draft-temp 0,0.7 --p-min 0,0.5 --policy fixed
+      localspec bench -m qwen3.6-27b.gguf -d draft.gguf --drafter model,mtp
     """
     ks = _list(opts["draft_max"], int, "--draft-max")
     temps = _list(opts["draft_temp"], float, "--draft-temp") or [None]
     pmins = _list(opts["p_min"], float, "--p-min") or [None]
     policies = _choices(opts["policy"], "--policy", ("adaptive", "fixed"))
-    drafters = _choices(opts["drafter"], "--drafter", ("model", "ngram", "ngram+model"))
+    drafters = _drafters(opts)
     prompts = benchmark.load_prompts(opts["prompts_file"]) if opts["prompts_file"] else benchmark.PROMPTS
     cells = benchmark.grid(ks, temps, pmins, policies, drafters)
     specs = _checked(cells, opts["n"], opts["seed"], opts["temp"])
-    target, draft = _models(opts)
+    models = _models(opts, drafters)
     outputs = [Path(p) for p in (opts["json_out"], opts["csv_out"]) if p]
     chart = outputs[0].with_suffix(".png") if outputs else None
 
@@ -151,7 +191,7 @@ def bench(**opts) -> int:
         if chart is not None and res.cells:
             benchmark.write_chart(res, chart)
 
-    with _engine(opts, target, draft, specs) as engine:
+    with _engine(opts, models, specs) as engine:
         click.echo(f"{len(cells)} settings x {len(prompts)} prompts x {opts['runs']} runs, "
                    f"{opts['n']} tokens each, plus the target alone", err=True)
         res, interrupted = _run_sweep(engine, prompts, cells, runs=opts["runs"], n=opts["n"], seed=opts["seed"],
@@ -190,6 +230,7 @@ def tune(**opts) -> int:
     \b
     Examples:
       localspec tune -m qwen2.5-7b -d qwen2.5-0.5b
+      localspec tune -m qwen3.6-27b -d mtp
       localspec tune --show
       localspec tune --reset
     """
@@ -203,31 +244,33 @@ def tune(**opts) -> int:
         return 0
     if opts["reset"]:
         if opts["target"] or opts["draft"] or opts["demo"]:
-            target, draft = _models(opts)
-            n = tuning.reset(tuning.pair_key(target, draft, backend_name(opts["gpu_layers"] or -1)))
+            models = _models(opts, _drafters(opts | {"drafter": None}))
+            n = tuning.reset(models.key(backend_name(opts["gpu_layers"] or -1)))
         else:
             n = tuning.reset()
         click.echo(f"forgot {n} tuned setting{'s' if n != 1 else ''}")
         return 0
-    target, draft = _models(opts)
+    models = _models(opts, _drafters(opts | {"drafter": None}))
+    # A target drafting with its MTP head is tuned like a pair: the same cells, drafter mtp.
+    cells = TUNE_CELLS if models.draft else [replace(c, drafter="mtp") for c in TUNE_CELLS]
     prompts = [p for p in benchmark.PROMPTS if p["id"] in TUNE_PROMPTS]
-    with _engine(opts, target, draft, _checked(TUNE_CELLS, opts["n"], 0, 0.0)) as engine:
+    with _engine(opts, models, _checked(cells, opts["n"], 0, 0.0)) as engine:
         backend = engine.target_model.info.backend
-        res, interrupted = _run_sweep(engine, prompts, TUNE_CELLS, runs=opts["runs"], n=opts["n"], seed=0,
+        res, interrupted = _run_sweep(engine, prompts, cells, runs=opts["runs"], n=opts["n"], seed=0,
                                       temp=0.0, save=None, label="tune")
     if interrupted or res is None:
         raise BadInput("tune was interrupted; nothing stored")
     click.echo(benchmark.table(res))
     best, speedup = benchmark.best_cell(res)
     if best is None:
-        best, note = benchmark.Setting("model", None), "nothing beat the target alone; storing the adaptive default"
+        best, note = cells[0], "nothing beat the target alone; storing the adaptive default"
         speedup = 1.0
     else:
         note = f"best: {best.label}"
     settings = {"fixed_k": best.k is not None, "draft_max": best.k or 8, "p_min": best.p_min,
                 "draft_temp": best.draft_temp}
-    tuning.store(tuning.pair_key(target, draft, backend),
-                 {"target": Path(target).name, "draft": Path(draft).name, "backend": backend,
+    tuning.store(models.key(backend),
+                 {"target": Path(models.target).name, "draft": models.draft_label, "backend": backend,
                   "settings": settings, "speedup": speedup})
     click.echo(f"{note} ({speedup:.2f}x); stored for this pair on {backend}: {tuning.describe(settings)}")
     return 0

@@ -14,6 +14,7 @@ from .options import (
     chosen_drafter,
     drafter_options,
     hardware_options,
+    mtp_pair,
     resolve_model,
     run_spec,
     sampling_options,
@@ -43,6 +44,8 @@ def _store_draft(target_arg: str, target_path: str) -> tuple[str, str] | None:
 
 def choose_models(target: str | None, opts: dict):
     """A ModelChoice from the command line (the demo pair when no TARGET is given)."""
+    from pathlib import Path
+
     from ..chat.session import ModelChoice
 
     drafter = chosen_drafter(opts, "--draft") or DrafterKind.MODEL
@@ -54,6 +57,10 @@ def choose_models(target: str | None, opts: dict):
         return ModelChoice(demo=True, **hw), drafter
     target_path = resolve_model(target, "target")
     draft_path = draft_name = None
+    if drafter is DrafterKind.MTP:
+        pair = mtp_pair(target_path, opts["draft"])   # refuses a target without a head, here
+        t_name = target if not Path(target).exists() else None
+        return ModelChoice(target=target_path, target_name=t_name, mtp_file=pair.mtp_file, **hw), drafter
     if opts.get("draft"):
         draft_path, draft_name = resolve_model(opts["draft"], "draft"), opts["draft"]
     elif drafter.uses_model:
@@ -62,8 +69,6 @@ def choose_models(target: str | None, opts: dict):
             raise BadInput(f"no draft for {target}: give --draft DRAFT, or --ngram, or --no-draft "
                            "(`localspec pull` registers pairs)")
         draft_path, draft_name = found
-    from pathlib import Path
-
     t_name = target if not Path(target).exists() else None
     d_name = draft_name if draft_name and not Path(draft_name).exists() else None
     return ModelChoice(target=target_path, draft=draft_path, target_name=t_name, draft_name=d_name, **hw), drafter
@@ -97,6 +102,7 @@ def chat(target, model, **opts) -> None:
       localspec chat qwen2.5-7b --draft qwen2.5-0.5b
       localspec chat -m target.gguf -d draft.gguf
       localspec chat model.gguf --ngram --temp 0
+      localspec chat qwen3.6-27b.gguf --draft mtp
     """
     if target and model and target != model:
         raise BadInput(f"two targets given ({target} and -m {model}): give one")

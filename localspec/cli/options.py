@@ -15,6 +15,7 @@ import click
 from ..engine import DrafterKind, EngineConfig, RunSpec, SamplingConfig, SpecError, rollback_depth
 from ..engine.backend import CACHE_TYPES
 from ..errors import BadInput
+from ..models.mtp_head import locate_mtp, parse_draft_arg
 
 _SPEC = RunSpec()
 _SAMPLING = SamplingConfig()
@@ -66,7 +67,9 @@ def drafter_options():
     """How to draft: a draft model, prompt lookup, or not at all."""
     return _opts(
         click.option("-d", "--draft", metavar="DRAFT",
-                     help="Draft model (a .gguf, local name or pulled alias) with the target's tokenizer."),
+                     help="Draft model (a .gguf, local name or pulled alias) with the target's tokenizer; "
+                          "'mtp' drafts with the target's own MTP head (embedded, or a sibling "
+                          "mtp-*.gguf), 'mtp:PATH' with the MTP head in PATH."),
         click.option("--ngram", is_flag=True, help="Draft by prompt lookup (n-grams) instead of a model."),
         click.option("--chain", is_flag=True,
                      help="Prompt lookup first, the draft model when it finds nothing (needs a draft model)."),
@@ -143,6 +146,8 @@ def chosen_drafter(opts: dict, draft_flag: str = "-d") -> DrafterKind | None:
         raise BadInput(f"choose one of {draft_flag}, --ngram, --no-draft (got {' and '.join(chosen)})")
     kinds = {draft_flag: DrafterKind.MODEL, "--ngram": DrafterKind.NGRAM, "--no-draft": DrafterKind.NONE}
     kind = kinds[chosen[0]] if chosen else None
+    if kind is DrafterKind.MODEL and parse_draft_arg(opts.get("draft"))[0]:
+        kind = DrafterKind.MTP
     if opts.get("chain"):
         if kind not in (None, DrafterKind.MODEL):
             raise BadInput(f"--chain drafts with prompt lookup and a draft model: leave out {chosen[0]}")
@@ -178,6 +183,7 @@ class Pair:
     target: str
     draft: str | None
     drafter: DrafterKind
+    mtp_file: str | None = None      # DrafterKind.MTP: the head's own GGUF; None: embedded
 
 
 def resolve_pair(opts: dict) -> Pair:
@@ -185,6 +191,8 @@ def resolve_pair(opts: dict) -> Pair:
     target, draft = opts.get("target"), opts.get("draft")
     drafter = chosen_drafter(opts)
     if opts.get("demo"):
+        if drafter is DrafterKind.MTP:
+            raise BadInput("the demo pair (SmolLM2) has no MTP head: leave out --draft mtp")
         if target or draft:
             raise BadInput("--demo picks both models; leave out -m and -d")
         from ..models.demo import demo_pair
@@ -195,16 +203,26 @@ def resolve_pair(opts: dict) -> Pair:
         raise BadInput("no target model: give -m TARGET.gguf (or --demo)")
     if drafter is None:
         raise BadInput("no drafter: give a draft model with -d DRAFT, or --ngram, or --no-draft")
+    if drafter is DrafterKind.MTP:
+        return mtp_pair(resolve_model(target, "target"), draft)
     if drafter.uses_model and not draft:
         raise BadInput("--chain needs a draft model: give -d DRAFT (or --demo)")
     return Pair(resolve_model(target, "target"),
                 resolve_model(draft, "draft") if drafter.uses_model else None, drafter)
 
 
+def mtp_pair(target_path: str, draft_arg: str) -> Pair:
+    """A target and where its MTP head is (--draft mtp / mtp:PATH)."""
+    _, head = parse_draft_arg(draft_arg)
+    src = locate_mtp(target_path, resolve_model(head, "MTP head") if head else None)
+    return Pair(target_path, None, DrafterKind.MTP, src.file)
+
+
 def engine_config(opts: dict, pair: Pair, spec: RunSpec | None = None) -> EngineConfig:
     """What to load: the pair and the hardware flags."""
     depth = rollback_depth(spec) if spec is not None else None
-    return EngineConfig(target=pair.target, draft=pair.draft, n_ctx=opts["n_ctx"], threads=opts["threads"],
+    return EngineConfig(target=pair.target, draft=pair.draft, mtp=pair.drafter is DrafterKind.MTP,
+                        mtp_file=pair.mtp_file, n_ctx=opts["n_ctx"], threads=opts["threads"],
                         gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
                         cache_type=opts["cache_type"], rollback_depth=depth)
 
@@ -212,7 +230,7 @@ def engine_config(opts: dict, pair: Pair, spec: RunSpec | None = None) -> Engine
 def prepare(opts: dict) -> tuple[EngineConfig, RunSpec]:
     """Everything `run` and `compare` need before loading: the models and the RunSpec."""
     pair = resolve_pair(opts)
-    tuned = tuned_settings(opts, pair) if pair.drafter is DrafterKind.MODEL else None
+    tuned = tuned_settings(opts, pair) if pair.drafter in (DrafterKind.MODEL, DrafterKind.MTP) else None
     spec = run_spec(opts, pair.drafter, tuned)
     return engine_config(opts, pair, spec), spec
 
@@ -245,13 +263,16 @@ def explicit(name: str) -> bool:
 def tuned_settings(opts: dict, pair: Pair, *, quiet: bool = False) -> dict | None:
     """`localspec tune`'s drafting settings for this pair and backend, unless a drafting flag
     was given (flags win); says so on stderr."""
-    if any(explicit(f) for f in _TUNED_FLAGS) or not pair.draft:
+    mtp = pair.drafter is DrafterKind.MTP
+    if any(explicit(f) for f in _TUNED_FLAGS) or not (pair.draft or mtp):
         return None
     from ..bench import tuning
     from ..engine.backend import backend_name
 
     gl = opts.get("gpu_layers")
-    entry = tuning.lookup(pair.target, pair.draft, backend_name(gl if gl is not None else -1))
+    backend = backend_name(gl if gl is not None else -1)
+    entry = (tuning.lookup_mtp(pair.target, pair.mtp_file, backend) if mtp
+             else tuning.lookup(pair.target, pair.draft, backend))
     if not entry:
         return None
     st = entry["settings"]

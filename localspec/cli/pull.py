@@ -24,11 +24,13 @@ def _describe(plan: puller.PullPlan) -> list[str]:
 
 @cli.command()
 @click.argument("target")
-@click.option("--draft", "draft", metavar="SIZE|ALIAS|REPO", help="Draft: a size in the target's family "
-              "(e.g. 1.5b), a catalog alias, or owner/repo[:quant]. Default: the catalog's recommendation.")
+@click.option("--draft", "draft", metavar="SIZE|ALIAS|REPO|mtp", help="Draft: a size in the target's family "
+              "(e.g. 1.5b), a catalog alias, or owner/repo[:quant]; 'mtp': the target's own MTP head "
+              "(its mtp-*.gguf, or nothing more when the target embeds it). Default: the catalog's "
+              "recommendation.")
 @click.option("--no-draft", is_flag=True, help="Pull the target only.")
 @click.option("--quant", metavar="Q", help="Target quantization (default Q4_K_M).")
-@click.option("--draft-quant", metavar="Q", help="Draft quantization (default Q8_0).")
+@click.option("--draft-quant", metavar="Q", help="Draft (or MTP head) quantization (default Q8_0).")
 @click.option("--dry-run", is_flag=True, help="Show what would be fetched; read only the GGUF headers.")
 @click.option("--force", is_flag=True, help="Pull even if the tokenizers are incompatible.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan and result as JSON.")
@@ -43,6 +45,7 @@ def pull(target, draft, no_draft, quant, draft_quant, dry_run, force, as_json) -
     Examples:
       localspec pull qwen2.5-32b --draft 1.5b
       localspec pull qwen-27b --draft 0.8b --dry-run
+      localspec pull qwen-27b --draft mtp
       localspec pull bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M --draft llama-3.2-1b
     """
     say = (lambda m: None) if as_json else (lambda m: click.echo(m, err=True))
@@ -52,7 +55,10 @@ def pull(target, draft, no_draft, quant, draft_quant, dry_run, force, as_json) -
     plan = puller.plan_pull(res, quant=quant, draft_quant=draft_quant)
     for line in _describe(plan):
         say(line)
+    notes_before = len(plan.notes)
     report = puller.check_headers(plan)
+    for note in plan.notes[notes_before:]:
+        say(f"note: {note}")
     if report is not None:
         say(f"tokenizers: {report.summary()} (read {human(plan.header_bytes)} of GGUF headers)")
         if not report.compatible:
@@ -62,6 +68,8 @@ def pull(target, draft, no_draft, quant, draft_quant, dry_run, force, as_json) -
     say(f"total {human(plan.total_bytes)}, {human(plan.missing_bytes)} to download, "
         f"{human(plan.free_bytes)} free")
     result = {"target": plan.target.name, "draft": plan.draft.name if plan.draft else None, "notes": plan.notes,
+              "mtp": ({"embedded": plan.mtp_item is None,
+                       "file": plan.mtp_item.files[0].path if plan.mtp_item else None} if plan.mtp else None),
               "files": [{"repo": f.repo, "path": f.path, "size": f.size} for i in plan.items for f in i.files],
               "compatible": report.compatible if report else None, "header_bytes": plan.header_bytes,
               "total_bytes": plan.total_bytes, "missing_bytes": plan.missing_bytes, "dry_run": dry_run}
@@ -77,6 +85,8 @@ def pull(target, draft, no_draft, quant, draft_quant, dry_run, force, as_json) -
         bars.close()
     result["registered"] = [e.name for e in entries]
     result["paths"] = [e.path for e in entries]
+    if plan.mtp_paths:
+        result["mtp"]["path"] = plan.mtp_paths[0]
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -84,3 +94,5 @@ def pull(target, draft, no_draft, quant, draft_quant, dry_run, force, as_json) -
         say(f"ready: {e.name} -> {e.path}")
     if plan.draft is not None:
         say(f"run it: localspec run -m {plan.target.name} -d {plan.draft.name} --chat -p \"Hello\"")
+    elif plan.mtp:
+        say(f"run it: localspec run -m {plan.target.name} --draft mtp --chat -p \"Hello\"")

@@ -12,6 +12,7 @@ import ctypes
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -148,7 +149,7 @@ class ModelInfo:
 class Model:
     """A loaded GGUF model: weights, vocabulary and token helpers."""
 
-    def __init__(self, path: str | os.PathLike, *, gpu_layers: int | None = None):
+    def __init__(self, path: str | os.PathLike, *, gpu_layers: int | None = None, load_mtp: bool = False):
         init_backend()
         p = Path(path)
         if not p.is_file():
@@ -158,6 +159,7 @@ class Model:
         params = ll.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
         params.use_extra_bufts = extra_buffers_default()
+        params.load_mtp = load_mtp   # the MTP (nextn) layers: only an MTP drafter runs them
         _log_tail.clear()
         ptr = ll.llama_model_load_from_file(str(p).encode(), params)
         if not ptr:
@@ -170,6 +172,9 @@ class Model:
         self.bos = int(ll.llama_vocab_bos(self.vocab))
         self.eos = int(ll.llama_vocab_eos(self.vocab))
         self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
+        self.n_embd = int(ll.llama_model_n_embd(ptr))
+        self.n_layer_nextn = int(ll.llama_model_n_layer_nextn(ptr))  # MTP layers in the file
+        self.mtp_loaded = load_mtp and self.n_layer_nextn > 0
         n_layer = int(ll.llama_model_n_layer(ptr))
         self.gpu_layers = n_layer if gpu_layers < 0 else min(gpu_layers, n_layer)
         if not gpu_offload_supported():
@@ -326,6 +331,9 @@ class Context:
         self._rs_used = False        # a snapshot rollback is allowed once per decode
         self.stats = RollbackStats()
         self._views: dict[tuple, np.ndarray] = {}
+        # Called after every successful llama_decode with (first position, its tokens): an
+        # MTP drafter reads the hidden states of those positions there.
+        self.on_decode: Callable[[int, list[int]], None] | None = None
         b = self._batch
         for i in range(self.n_batch):
             b.n_seq_id[i] = 1
@@ -469,6 +477,8 @@ class Context:
                 why = last_log_error()
                 raise LocalspecError(f"llama_decode failed (code {rc}){': ' + why if why else ''}")
             self.tokens.extend(chunk)  # the mirror follows the cache chunk by chunk
+            if self.on_decode is not None:
+                self.on_decode(base, chunk)
             start += m
         if logits == "none":
             return None

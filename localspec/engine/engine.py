@@ -21,6 +21,7 @@ from .drafters import Drafter, ModelDrafter, NgramDrafter
 from .events import Event
 from .generator import Generator
 from .memory import Memory
+from .mtp import MtpDrafter, open_mtp_head
 from .spec import DrafterKind, RunSpec
 
 DEFAULT_ROLLBACK_DEPTH = RunSpec.draft_max + 1
@@ -38,6 +39,8 @@ class EngineConfig:
 
     target: str
     draft: str | None = None        # a draft model to load (enables DrafterKind.MODEL)
+    mtp: bool = False               # load the target's MTP head (enables DrafterKind.MTP)
+    mtp_file: str | None = None     # ...from this mtp-*.gguf; None: embedded in the target
     n_ctx: int = 4096
     threads: int | None = None
     gpu_layers: int | None = None   # None: all layers on the GPU when offload is supported
@@ -77,7 +80,8 @@ class Engine:
                 raise IncompatiblePair(report.summary(), report)
             self.compat = report
         threads = config.threads or default_threads()
-        self.target_model = Model(config.target, gpu_layers=config.gpu_layers)
+        self.target_model = Model(config.target, gpu_layers=config.gpu_layers,
+                                  load_mtp=config.mtp and not config.mtp_file)
         depth = DEFAULT_ROLLBACK_DEPTH if config.rollback_depth is None else config.rollback_depth
         self.target_ctx = Context(self.target_model, n_ctx=config.n_ctx, threads=threads,
                                   n_batch=config.n_batch, cache_type=config.cache_type, rollback_depth=depth)
@@ -91,6 +95,14 @@ class Engine:
                                      n_batch=config.n_batch, cache_type=config.cache_type)
             self._generators[DrafterKind.MODEL] = Generator(
                 self.target_ctx, ModelDrafter(self.draft_ctx, n_vocab_target=self.target_model.n_vocab))
+        self.mtp_model = None
+        self.mtp_ctx = None
+        if config.mtp:
+            gl = config.gpu_layers_draft if config.gpu_layers_draft is not None else config.gpu_layers
+            self.mtp_model, self.mtp_ctx = open_mtp_head(
+                self.target_model, config.mtp_file, n_ctx=config.n_ctx, threads=threads,
+                n_batch=config.n_batch, cache_type=CACHE_TYPES[config.cache_type], gpu_layers=gl)
+            self._generators[DrafterKind.MTP] = Generator(self.target_ctx, MtpDrafter(self.target_ctx, self.mtp_ctx))
         self._lock = threading.Lock()
         # What each drafter's adaptive policy learned: seeds the next generation.
         self.memory = Memory(config.target, config.draft, self.target_model.info.backend, persist=config.remember)
@@ -105,8 +117,9 @@ class Engine:
     # -- generation -------------------------------------------------------------------
     @property
     def drafters(self) -> tuple[DrafterKind, ...]:
-        """The drafters this engine can run (a draft model only when one is loaded)."""
-        return tuple(k for k in DrafterKind if not k.uses_model or self.draft_model is not None)
+        """The drafters this engine can run (a draft model or MTP head only when one is loaded)."""
+        return tuple(k for k in DrafterKind if (k in self._generators if k is DrafterKind.MTP
+                                                else not k.uses_model or self.draft_model is not None))
 
     def drafter(self, kind: DrafterKind) -> Drafter:
         return self._generator(kind).drafter
@@ -116,6 +129,8 @@ class Engine:
         if gen is None:
             if kind.uses_model and DrafterKind.MODEL not in self._generators:
                 raise BadInput("no draft model is loaded: give one (-d DRAFT), or use n-gram or no drafting")
+            if kind is DrafterKind.MTP:
+                raise BadInput("no MTP head is loaded: give --draft mtp (a target with MTP layers)")
             if kind is DrafterKind.NGRAM_MODEL:   # shares the model drafter (and its cache)
                 drafter = ChainDrafter(NgramDrafter(), self._generators[DrafterKind.MODEL].drafter)
             else:
@@ -131,6 +146,8 @@ class Engine:
         gen = self._generator(spec.drafter)
         kind = spec.drafter.value
         with self._lock:
+            if self.mtp_ctx is not None:   # the head follows the target's decodes only while it drafts
+                self._generators[DrafterKind.MTP].drafter.attach(spec.drafter is DrafterKind.MTP)
             policy = spec.policy(self.memory.get(kind) if spec.adaptive and spec.speculative else None)
             try:
                 yield from gen.generate(prompt_tokens, spec, policy, cancel)
@@ -144,6 +161,8 @@ class Engine:
         self.target_ctx.clear()
         if self.draft_ctx is not None:
             self.draft_ctx.clear()
+        if self.mtp_ctx is not None:
+            self.mtp_ctx.clear()
 
     # -- description ------------------------------------------------------------------
     def describe(self) -> dict:
@@ -161,10 +180,15 @@ class Engine:
             out["draft"] = {"path": d.path, "model": d.description, "backend": d.backend,
                             "gpu_layers": d.gpu_layers, "n_layer": d.n_layer,
                             "kind": _kind(d), "memory": self.draft_ctx.rollback.value}
+        if self.mtp_ctx is not None:
+            m = self.mtp_ctx.model
+            out["mtp"] = {"path": m.path, "embedded": self.mtp_model is None, "layers": m.n_layer_nextn,
+                          "backend": m.info.backend}
         return out
 
     def close(self) -> None:
-        for obj in (self.draft_ctx, self.draft_model, self.target_ctx, self.target_model):
+        for obj in (self.mtp_ctx, self.mtp_model, self.draft_ctx, self.draft_model, self.target_ctx,
+                    self.target_model):
             if obj is not None:
                 obj.close()
 

@@ -24,6 +24,7 @@ class DrafterKind(str, Enum):
     MODEL = "model"        # a small model with the target's tokenizer
     NGRAM = "ngram"        # prompt lookup: what followed the last n-gram earlier on
     NGRAM_MODEL = "ngram+model"   # prompt lookup first, the draft model when it finds nothing
+    MTP = "mtp"            # the target's own multi-token-prediction head
     NONE = "none"          # the target alone (the baseline)
 
     @property
@@ -44,7 +45,8 @@ class DrafterKind(str, Enum):
 
 
 _LABELS = {DrafterKind.MODEL: "draft model", DrafterKind.NGRAM: "n-gram (prompt lookup)",
-           DrafterKind.NGRAM_MODEL: "prompt lookup, then draft model", DrafterKind.NONE: "none (target only)"}
+           DrafterKind.NGRAM_MODEL: "prompt lookup, then draft model", DrafterKind.NONE: "none (target only)",
+           DrafterKind.MTP: "MTP head"}
 
 
 class SpecError(BadInput):

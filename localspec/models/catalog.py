@@ -49,6 +49,10 @@ class CatalogModel:
     hybrid: bool = False
     verified: str | None = None
     unverified: str | None = None
+    mtp: str | None = None           # "embedded", "separate" (see mtp_files) or None: not known
+    mtp_files: dict[str, str] = field(default_factory=dict, hash=False)
+    mtp_verified: str | None = None
+    mtp_unverified: str | None = None
 
     @property
     def billions(self) -> float:
@@ -172,7 +176,28 @@ class Catalog:
                     out.append(f"{m.alias}: draft {d!r} is not smaller than the target")
             if not (m.verified or m.unverified):
                 out.append(f"{m.alias}: says neither verified nor unverified")
+            out += _mtp_problems(m)
         return out
+
+
+MTP_KINDS = ("embedded", "separate")
+
+
+def _mtp_problems(m: CatalogModel) -> list[str]:
+    out = []
+    if m.mtp is not None and m.mtp not in MTP_KINDS:
+        out.append(f"{m.alias}: mtp must be one of {', '.join(MTP_KINDS)} (got {m.mtp!r})")
+    if (m.mtp == "separate") != bool(m.mtp_files):
+        out.append(f"{m.alias}: mtp_files go with mtp = \"separate\" (and only with it)")
+    for q, f in m.mtp_files.items():
+        name = f.rsplit("/", 1)[-1]
+        if not QUANT_RE.match(q):
+            out.append(f"{m.alias}: MTP quant name {q!r} is not a llama.cpp type")
+        if not name.startswith("mtp-") or not f.endswith(".gguf") or ".." in f.split("/") or f.startswith("/"):
+            out.append(f"{m.alias}: MTP file {f!r} must be a relative mtp-*.gguf path")
+    if m.mtp and not (m.mtp_verified or m.mtp_unverified):
+        out.append(f"{m.alias}: says where its MTP head was seen in neither mtp_verified nor mtp_unverified")
+    return out
 
 
 def catalog_path() -> Path:
@@ -191,7 +216,9 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
             params_b=float(raw.get("params_b", 0.0)), repo=raw["repo"],
             quants={k.upper(): v for k, v in raw.get("quants", {}).items()},
             drafts=tuple(raw.get("drafts", ())), hybrid=bool(raw.get("hybrid", False)),
-            verified=raw.get("verified"), unverified=raw.get("unverified"))
+            verified=raw.get("verified"), unverified=raw.get("unverified"), mtp=raw.get("mtp"),
+            mtp_files={k.upper(): v for k, v in raw.get("mtp_files", {}).items()},
+            mtp_verified=raw.get("mtp_verified"), mtp_unverified=raw.get("mtp_unverified"))
         if m.alias in models:
             dupes.append(m.alias)
         models[m.alias] = m

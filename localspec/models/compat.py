@@ -201,6 +201,10 @@ def check_metadata(target: GGUFMetadata, draft: GGUFMetadata) -> CompatReport:
                             describe(target), describe(draft))
     report.notes = [n for n in (memory_note("target", target.architecture),
                                 memory_note("draft", draft.architecture)) if n]
+    from .mtp_head import describe_mtp, mtp_layers
+
+    if mtp_layers(target) > 0:
+        report.notes.append(f"target {describe_mtp(target)}")
     return report
 
 

@@ -22,6 +22,7 @@ from ..errors import BadInput, IncompatiblePair, LocalspecError
 from . import hub
 from .catalog import DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_QUANT, Catalog, CatalogModel, load_catalog
 from .compat import CompatReport, check_metadata
+from .mtp_head import check_head_metadata, mtp_catalog_note, mtp_layers, parse_draft_arg, pick_head_file
 from .store import ModelEntry, PairEntry, Store
 
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
@@ -54,10 +55,13 @@ class PullPlan:
     missing_bytes: int = 0
     free_bytes: int = 0
     notes: list[str] = field(default_factory=list)
+    mtp: bool = False              # --draft mtp: the target's own MTP head drafts
+    mtp_item: PullItem | None = None   # its separate mtp-*.gguf (None: embedded in the target)
+    mtp_paths: list[str] = field(default_factory=list)   # where it was downloaded
 
     @property
     def items(self) -> list[PullItem]:
-        return [self.target] + ([self.draft] if self.draft else [])
+        return [self.target] + ([self.draft] if self.draft else []) + ([self.mtp_item] if self.mtp_item else [])
 
     @property
     def total_bytes(self) -> int:
@@ -163,6 +167,7 @@ class Resolution:
     target: CatalogModel | str
     draft: CatalogModel | str | None
     notes: list[str] = field(default_factory=list)
+    mtp: bool = False              # --draft mtp: fetch the target's MTP head instead of a draft
 
 
 def resolve(target: str, draft: str | None = None, *, no_draft: bool = False,
@@ -171,6 +176,11 @@ def resolve(target: str, draft: str | None = None, *, no_draft: bool = False,
     catalog = catalog or load_catalog()
     notes: list[str] = []
     t_model = catalog.get(target) if "/" not in target else None
+    is_mtp, head = parse_draft_arg(draft)
+    if is_mtp:
+        if head or no_draft:
+            raise BadInput("pull --draft mtp takes no path and no --no-draft: it fetches the target's own MTP head")
+        return Resolution(t_model or target, None, [mtp_catalog_note(t_model)] if t_model else [], mtp=True)
     d: CatalogModel | str | None = None
     if not no_draft:
         if draft is not None and "/" in draft:
@@ -197,22 +207,66 @@ def plan_pull(target: str | Resolution, draft: str | None = None, *, quant: str 
     res = target if isinstance(target, Resolution) else resolve(target, draft, no_draft=no_draft, catalog=catalog)
     t_item = _item("target", res.target, quant, DEFAULT_TARGET_QUANT)
     d_item = _item("draft", res.draft, draft_quant, DEFAULT_DRAFT_QUANT) if res.draft is not None else None
-    for item in [t_item] + ([d_item] if d_item else []):
+    m_item = _mtp_item(t_item, draft_quant) if res.mtp else None
+    for item in [t_item] + [i for i in (d_item, m_item) if i]:
         for f in item.files:
             hub.safe_repo_path(f.path)
-    return PullPlan(t_item, d_item, notes=list(res.notes))
+    return PullPlan(t_item, d_item, notes=list(res.notes), mtp=res.mtp, mtp_item=m_item)
+
+
+def _mtp_item(target: PullItem, quant: str | None) -> PullItem | None:
+    """The target repo's mtp-*.gguf to fetch (None: the catalog says the head is embedded,
+    or the repo lists none and the target's header must show it embeds one)."""
+    m = target.catalog
+    if m is not None and m.mtp == "embedded":
+        return None
+    listing = hub.list_files(target.repo, target.files[0].revision)
+    by_path = {f.path: f for f in listing}
+    if m is not None and m.mtp == "separate":
+        q = (quant or (target.quant if target.quant in m.mtp_files else DEFAULT_DRAFT_QUANT)).upper()
+        if q not in m.mtp_files:
+            q = next(iter(m.mtp_files)) if not quant else q
+        if q not in m.mtp_files:
+            raise BadInput(f"{m.alias} has no {q} MTP head in the catalog (it has {', '.join(m.mtp_files)})")
+        path = m.mtp_files[q]
+        if path not in by_path:
+            raise hub.HubError(f"{m.repo}: the catalog's MTP head {path} is not in the repository any more")
+        return PullItem("mtp", f"{m.alias}:mtp-{q.lower()}", m.repo, q, [by_path[path]], m)
+    path = pick_head_file(list(by_path), quant, target.quant)
+    if path is None:
+        return None
+    name = f"{m.alias}:mtp" if m is not None else f"{target.repo}/{path}"
+    return PullItem("mtp", name, target.repo, None, [by_path[path]], m)
 
 
 def check_headers(plan: PullPlan) -> CompatReport | None:
     """Read the remote GGUF headers of both models and compare their tokenizers."""
     t_meta, n1 = hub.remote_metadata(plan.target.files[0])
     plan.header_bytes += n1
+    if plan.mtp:
+        _check_mtp_headers(plan, t_meta)
     if plan.draft is None:
         return None
     d_meta, n2 = hub.remote_metadata(plan.draft.files[0])
     plan.header_bytes += n2
     plan.compat = check_metadata(t_meta, d_meta)
     return plan.compat
+
+
+def _check_mtp_headers(plan: PullPlan, t_meta) -> None:
+    """The head to fetch must fit the target; without one, the target must embed it."""
+    if plan.mtp_item is not None:
+        m_meta, n = hub.remote_metadata(plan.mtp_item.files[0])
+        plan.header_bytes += n
+        check_head_metadata(t_meta, m_meta, plan.mtp_item.files[0].path)
+        plan.notes.append(f"MTP head: {plan.mtp_item.files[0].path} ({mtp_layers(m_meta)} nextn layer), "
+                          "fetched next to the target")
+    elif mtp_layers(t_meta) > 0:
+        plan.notes.append(f"MTP head: embedded in {plan.target.files[0].path} "
+                          f"({mtp_layers(t_meta)} nextn layer): nothing more to fetch")
+    else:
+        raise BadInput(f"{plan.target.repo} has no MTP head for {plan.target.files[0].path}: it carries no "
+                       "MTP (nextn) layers and the repo lists no mtp-*.gguf")
 
 
 def check_space(plan: PullPlan) -> None:
@@ -242,6 +296,9 @@ def execute(plan: PullPlan, progress: hub.Progress | None = None, store: Store |
             store.remember_digest(path, digest)
             paths.append(str(path))
             sums[f.path] = digest
+        if item.role == "mtp":   # not a model of its own: it lies next to the target, where --draft mtp finds it
+            plan.mtp_paths = paths
+            continue
         cat = item.catalog
         entries.append(ModelEntry(
             name=item.name, path=paths[0], files=paths, source="pull", alias=cat.alias if cat else None,

@@ -29,10 +29,11 @@ class SettingsScreen(ModalScreen[RunSpec | None]):
         Binding("ctrl+s", "apply", "Apply", priority=True),
     ]
 
-    def __init__(self, settings: RunSpec, *, has_draft: bool = True):
+    def __init__(self, settings: RunSpec, *, has_draft: bool = True, has_mtp: bool = True):
         super().__init__(classes="dialog-screen")
         self.settings = settings
         self.has_draft = has_draft
+        self.has_mtp = has_mtp
 
     def compose(self) -> ComposeResult:
         values = form_values(self.settings)
@@ -65,6 +66,9 @@ class SettingsScreen(ModalScreen[RunSpec | None]):
         if settings.drafter.uses_model and not self.has_draft:
             raise SettingError("drafter", f"drafter '{settings.drafter.label}': these models have no draft; "
                                           "pick a pair in the models screen (F3)")
+        if settings.drafter is DrafterKind.MTP and not self.has_mtp:
+            raise SettingError("drafter", "drafter 'MTP head': this target has no MTP layers and no "
+                                          "mtp-*.gguf next to it")
         return settings
 
     def show_error(self, err: SettingError) -> None:

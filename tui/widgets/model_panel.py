@@ -8,7 +8,7 @@ from ...chat.session import ModelCard, ModelSummary
 from ..format import human_bytes, human_count
 from .gauges import Card, Lines
 
-_DRAFTERS = {"model": "draft model", "ngram": "n-gram (prompt lookup)", "none": "none"}
+_DRAFTERS = {"model": "draft model", "ngram": "n-gram (prompt lookup)", "none": "none", "mtp": "MTP head"}
 INDENT = 7   # the label column
 
 
@@ -46,6 +46,8 @@ class ModelsCard(Card):
         else:
             out.add("draft".ljust(INDENT), "label")
             out.add(f"{_DRAFTERS.get(sm.drafter, sm.drafter)}\n", "name")
+            if sm.drafter == "mtp" and sm.mtp:
+                out.add(f"{' ' * INDENT}{sm.mtp}\n", "muted")
         out.add("tokens".ljust(INDENT), "label")
         style = "good" if sm.compatible else ("bad" if sm.compatible is False else "muted")
         verdict = textwrap.wrap(("✓ " if sm.compatible else "") + sm.compat, max(out.width - INDENT, 10))
