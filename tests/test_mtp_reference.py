@@ -20,7 +20,7 @@ import pytest
 from test_mtp import MTP_TARGET
 from tiny_qwen35 import write_qwen35_model
 
-from localspec.engine import Engine, EngineConfig, RunSpec, SamplingConfig, Step
+from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig, Step
 from localspec.engine.events import Done, StopReason
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +74,9 @@ def run_localspec(model: Path, k: int) -> tuple[Done, list[Step], bytes]:
     with Engine(EngineConfig(target=str(model), mtp=True, n_ctx=512, threads=1, rollback_depth=k + 1)) as e:
         spec = RunSpec.of(drafter="mtp", adaptive=False, draft_max=k, max_tokens=N,
                           sampling=SamplingConfig(temperature=0.0))
+        # llama.cpp's order: the first round drafts the first token too (localspec's default
+        # takes it from the prompt's logits, which shifts every later round by one token).
+        e._generator(DrafterKind.MTP).first_from_prompt = False
         events = list(e.run(e.tokenize(PROMPT), spec))
         done = events[-1]
         raw = b"".join(e.target_model.piece(t) for t in done.token_ids)

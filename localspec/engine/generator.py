@@ -29,9 +29,14 @@ from .text import TextStream
 class Generator:
     """Generates from a target context with a drafter and a drafting policy."""
 
-    def __init__(self, target: Context, drafter: Drafter | None = None):
+    def __init__(self, target: Context, drafter: Drafter | None = None, *, first_from_prompt: bool = True):
         self.target = target
         self.drafter: Drafter = drafter or NoDrafter()
+        # True: the first token comes from the prompt's own logits, before the drafter reads
+        # the prompt (the first token as soon as the target alone would give it). False:
+        # llama.cpp's speculative-simple order, where the first round drafts the first token
+        # too (tests/test_mtp_reference.py compares rounds with it that way).
+        self.first_from_prompt = first_from_prompt
 
     def generate(self, prompt: list[int], spec: RunSpec, policy: Policy,
                  cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -61,7 +66,8 @@ class Generator:
         t_start = time.perf_counter()
         rollback_before = _rollback_snapshot(tgt, drafter)
         n_cached = tgt.truncate(min(_common_prefix(tgt.tokens, prompt), len(prompt) - 1))
-        first_logits = tgt.decode(prompt[n_cached:], logits="last")
+        head = prompt if self.first_from_prompt else prompt[:-1]
+        first_logits = tgt.decode(head[n_cached:], logits="last") if len(head) > n_cached else None
         tgt.mark(pin=True)
         t_gen = time.perf_counter()
         stats.prompt(len(prompt), n_cached, t_gen - t_start)
@@ -73,17 +79,19 @@ class Generator:
         tokens = out.tokens            # the whole sequence; its last token is not in the cache yet
 
         # -- first token: from the prompt's logits, before the drafter reads the prompt --
-        t0 = time.perf_counter()
-        if sampling.greedy:
-            first = int(np.argmax(first_logits))
-        else:
-            first = distribution(first_logits, sampling).sample(rng)
-        t_first = time.perf_counter() - t0
-        emitted = yield from out.emit([first], [Origin.TARGET])
-        step = Step(0, 0, 0, 0, emitted, 0.0, t_first, policy.drafting, verify_batch=0)
-        stats.step(step)
-        yield step   # a round of its own, not one the policy chose: it does not observe it
-        step_index = 1
+        step_index = 0
+        if self.first_from_prompt:
+            t0 = time.perf_counter()
+            if sampling.greedy:
+                first = int(np.argmax(first_logits))
+            else:
+                first = distribution(first_logits, sampling).sample(rng)
+            t_first = time.perf_counter() - t0
+            emitted = yield from out.emit([first], [Origin.TARGET])
+            step = Step(0, 0, 0, 0, emitted, 0.0, t_first, policy.drafting, verify_batch=0)
+            stats.step(step)
+            yield step   # a round of its own, not one the policy chose: it does not observe it
+            step_index = 1
         if out.reason is None and policy.may_draft:
             drafter.prefill(tokens)
 
