@@ -111,10 +111,11 @@ class Server:
         self.options = options
         self.metrics = Metrics(options.queue)
         self.live = LiveState(options.model_id, base.drafter.value, options.queue)
-        self.scheduler = Scheduler(engine, self.metrics, self.live, options.queue)
+        base.validate()
+        self.sock = _bind(options.host, options.port)   # before the engine thread: a refused
+        self.scheduler = Scheduler(engine, self.metrics, self.live, options.queue)  # port leaves none
         self.ctx = ServerContext(engine, self.scheduler, self.metrics, self.live, options.model_id,
-                                 base.validate(), options.api_key, options.max_body)
-        self.sock = _bind(options.host, options.port)
+                                 base, options.api_key, options.max_body)
         self.port = self.sock.getsockname()[1]
         host = f"[{options.host}]" if ":" in options.host else options.host
         self.url = f"http://{host}:{self.port}"
