@@ -58,7 +58,8 @@ python -c "import llama_cpp.llama_cpp as ll, sys; ll.llama_backend_init(); sys.e
 # -- 2. engine tests, every layer offloaded ------------------------------------------------
 ENGINE_TESTS=(tests/test_engine_greedy.py tests/test_sampling.py tests/test_sampling_prefilter.py
               tests/test_vocab_sizes.py tests/test_engine_speed.py tests/test_hybrid.py
-              tests/test_tiny_recurrent.py tests/test_smollm2.py tests/test_never_loses.py)
+              tests/test_tiny_recurrent.py tests/test_smollm2.py tests/test_never_loses.py
+              tests/test_qwen35.py tests/test_mtp.py)
 TEST_LOG=$(mktemp)
 set +e
 python -m pytest -q -p no:cacheprovider "${ENGINE_TESTS[@]}" >"$TEST_LOG" 2>&1
@@ -91,18 +92,26 @@ N = int(os.environ.get("GPU_CHECK_TOKENS", "256"))
 work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
 
 
-def bench(name, target, draft, prompt_text):
-    out = {"pair": name, "target": str(target), "draft": str(draft)}
-    with Engine(EngineConfig(target=str(target), draft=str(draft), n_ctx=4096)) as e:
+def bench(name, target, draft, prompt_text, *, mtp=False, mtp_file=None):
+    """Target alone vs each drafter the engine has (a draft model, and the MTP head when
+    ``mtp``), greedy and sampled, alternating runs."""
+    out = {"pair": name, "target": str(target), "draft": str(draft) if draft else None,
+           "mtp_file": str(mtp_file) if mtp_file else None}
+    config = EngineConfig(target=str(target), draft=str(draft) if draft else None, mtp=mtp,
+                          mtp_file=str(mtp_file) if mtp_file else None, n_ctx=4096)
+    with Engine(config) as e:
         out["engine"] = e.describe()
         prompt = e.tokenize(prompt_text)
-        for drafter in (DrafterKind.NONE, DrafterKind.MODEL):   # warm-up: first allocations, kernels
+        drafters = [k for k in (DrafterKind.MODEL, DrafterKind.MTP) if k in e.drafters]
+        for drafter in [DrafterKind.NONE, *drafters]:   # warm-up: first allocations, kernels
             run(e, prompt, RunSpec(drafter=drafter, max_tokens=8))
         for label, sampling in (("greedy", SamplingConfig(temperature=0.0)),
                                 ("sample", SamplingConfig(temperature=0.8, seed=1))):
-            runs = {"target-only": [], "speculative": []}
+            modes = [("target-only", DrafterKind.NONE)] + [
+                ("speculative" if d is DrafterKind.MODEL else "mtp", d) for d in drafters]
+            runs = {mode: [] for mode, _ in modes}
             for _ in range(RUNS):
-                for mode, drafter in (("target-only", DrafterKind.NONE), ("speculative", DrafterKind.MODEL)):
+                for mode, drafter in modes:
                     e.reset()
                     done = run(e, prompt, RunSpec(drafter=drafter, max_tokens=N, sampling=sampling))
                     s = done.summary
@@ -112,8 +121,10 @@ def bench(name, target, draft, prompt_text):
             res = {}
             for mode, rs in runs.items():
                 res[mode] = {k: round(statistics.median(r[k] for r in rs), 4) for k in rs[0]}
-            res["speedup"] = round(res["speculative"]["tps"] / max(res["target-only"]["tps"], 1e-9), 3)
-            res["ttft_ratio"] = round(res["speculative"]["ttft"] / max(res["target-only"]["ttft"], 1e-9), 3)
+            for mode, _ in modes[1:]:
+                tag = "" if mode == "speculative" else f"_{mode}"
+                res["speedup" + tag] = round(res[mode]["tps"] / max(res["target-only"]["tps"], 1e-9), 3)
+                res["ttft_ratio" + tag] = round(res[mode]["ttft"] / max(res["target-only"]["ttft"], 1e-9), 3)
             out[label] = res
     print(json.dumps(out), file=sys.stderr, flush=True)
     return out
@@ -143,6 +154,28 @@ try:
                          zoo.get(small, "small.gguf"), "The quick brown fox"))
 except BaseException as exc:  # noqa: BLE001
     results.append({"pair": "generated", "error": str(exc)})
+
+# MTP (issue 16): a generated qwen35 target with its own MTP head; and the real files when
+# given (GPU_CHECK_MTP_TARGET, e.g. Qwen3.8-27B-Q4_K_M.gguf; GPU_CHECK_MTP_FILE, its
+# mtp-*.gguf unless the target embeds the head; GPU_CHECK_MTP_DRAFT, a draft model to compare).
+try:
+    from tiny_qwen35 import Qwen35Spec, write_qwen35_model
+
+    q35 = Qwen35Spec(n_embd=width // 2, n_layer=max(4, layers // 2), n_head=max(4, width // 256),
+                     n_head_kv=2, head_dim=128, n_rot=32, n_ff=width, d_state=64, n_k_heads=4,
+                     n_v_heads=8, mtp=True, bigram_seed=5, layer_gain=0.05, f16=True)
+    model = write_qwen35_model(work / "q35-mtp.gguf", q35)
+    results.append(bench(f"generated qwen35 {q35.n_layer}x{q35.n_embd} + MTP head", model, None,
+                         "The quick brown fox", mtp=True))
+except BaseException as exc:  # noqa: BLE001
+    results.append({"pair": "generated qwen35 + MTP", "error": str(exc)})
+if os.environ.get("GPU_CHECK_MTP_TARGET"):
+    try:
+        results.append(bench("real MTP target", os.environ["GPU_CHECK_MTP_TARGET"],
+                             os.environ.get("GPU_CHECK_MTP_DRAFT"), "Explain how a transformer works.",
+                             mtp=True, mtp_file=os.environ.get("GPU_CHECK_MTP_FILE")))
+    except BaseException as exc:  # noqa: BLE001
+        results.append({"pair": "real MTP target", "error": str(exc)})
 
 test_log = Path(os.environ["GPU_CHECK_TEST_LOG"]).read_text(errors="replace")
 counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|error|errors)", test_log.splitlines()[-1])} \
