@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
 from pathlib import Path
 
+from ..models.fingerprint import pair_key
 from ..paths import home
 
 FILE = "tuned.json"
-
-
-def fingerprint(path: str | Path) -> str:
-    """Identifies a model file by content, cheaply: its size and a hash of its first 4 MB."""
-    p = Path(path)
-    h = hashlib.sha1()
-    with open(p, "rb") as f:
-        h.update(f.read(4 << 20))
-    return f"{p.stat().st_size}-{h.hexdigest()[:16]}"
-
-
-def pair_key(target: str | Path, draft: str | Path | None, backend: str) -> str:
-    return f"{fingerprint(target)}|{fingerprint(draft) if draft else 'none'}|{backend}"
 
 
 def mtp_key(target: str | Path, head: str | Path | None, backend: str) -> str:

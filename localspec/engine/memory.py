@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from ..bench.tuning import pair_key
+from ..models.fingerprint import pair_key
 from ..paths import home
 
 FILE = "learned.json"
