@@ -86,6 +86,10 @@ def run_localspec(model: Path, k: int) -> tuple[Done, list[Step], bytes]:
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_same_tokens_and_acceptance_as_llama_cpp(binary, model, k):
     text, rounds, totals = run_reference(binary, model, k)
+    if "n_accept" not in totals:
+        # llama.cpp's asynchronous log lost its closing lines once on a loaded machine: ask again.
+        text, rounds, totals = run_reference(binary, model, k)
+    assert "n_accept" in totals, "llama.cpp printed no totals"
     done, steps, raw = run_localspec(model, k)
     assert done.stop_reason is StopReason.MAX_TOKENS and len(done.token_ids) == N
     assert rounds, "llama.cpp printed no per-round acceptance (debug log missing?)"

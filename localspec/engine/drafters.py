@@ -54,6 +54,24 @@ class Drafter(Protocol):
     def close(self) -> None: ...
 
 
+def pick(logits: np.ndarray, cfg: SamplingConfig, rng, gate: Gate | None,
+         position: int) -> tuple[int, Dist, float] | None:
+    """One draft token from ``logits``: (token, its distribution q, the top probability), or
+    None when ``gate(position, top probability)`` ends the draft here."""
+    if cfg.greedy:
+        tok = int(np.argmax(logits))
+        top = top_probability(logits) if gate is not None else 1.0
+        dist = Dist.onehot(tok)
+    else:
+        dist = distribution(logits, cfg)
+        top = dist.top()[1]
+    if gate is not None and not gate(position, top):
+        return None
+    if not cfg.greedy:
+        tok = dist.sample(rng)
+    return tok, dist, top
+
+
 def _common_prefix(a: list[int], b: list[int]) -> int:
     """How many leading tokens two sequences share (list comparisons run in C: a 32K-token
     prompt takes a fraction of a millisecond, not a Python loop's milliseconds)."""
@@ -196,24 +214,14 @@ class ModelDrafter:
         tokens: list[int] = []
         dists: list[Dist] = []
         confidence: list[float] = []
-        greedy = cfg.greedy
         n_out = self._n_out
         for i in range(k):
             if n_out < logits.shape[0]:
                 logits = logits[:n_out]   # never propose an id the target lacks
-            top = 1.0
-            if greedy:
-                tok = int(np.argmax(logits))
-                if gate is not None:
-                    top = top_probability(logits)
-                dist = Dist.onehot(tok)
-            else:
-                dist = distribution(logits, cfg)
-                top = dist.top()[1]
-            if gate is not None and not gate(i + 1, top):
+            picked = pick(logits, cfg, rng, gate, i + 1)
+            if picked is None:
                 break
-            if not greedy:
-                tok = dist.sample(rng)
+            tok, dist, top = picked
             tokens.append(tok)
             dists.append(dist)
             confidence.append(top)

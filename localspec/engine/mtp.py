@@ -40,8 +40,8 @@ import numpy as np
 
 from ..errors import BadInput, LocalspecError
 from .backend import Context, Model, Rollback, RollbackStats, last_log_error
-from .drafters import Draft, _common_prefix
-from .sampling import Dist, SamplingConfig, distribution
+from .drafters import Draft, _common_prefix, pick
+from .sampling import Dist, SamplingConfig
 
 _FLOAT_P = ctypes.POINTER(ctypes.c_float)
 
@@ -265,22 +265,12 @@ class MtpDrafter:
         tokens: list[int] = []
         dists: list[Dist] = []
         confidence: list[float] = []
-        greedy = cfg.greedy
         hidden = np.empty((1, self.ctx.n_embd), dtype=np.float32)
         for i in range(k):
-            top = 1.0
-            if greedy:
-                tok = int(np.argmax(logits))
-                if gate is not None:
-                    top = float(1.0 / np.exp(logits - logits[tok]).sum())
-                dist = Dist.onehot(tok)
-            else:
-                dist = distribution(logits, cfg)
-                top = dist.top()[1]
-            if gate is not None and not gate(i + 1, top):
+            picked = pick(logits, cfg, rng, gate, i + 1)
+            if picked is None:
                 break
-            if not greedy:
-                tok = dist.sample(rng)
+            tok, dist, top = picked
             tokens.append(tok)
             dists.append(dist)
             confidence.append(top)
