@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -20,3 +21,21 @@ def models_dir() -> Path:
     p = home() / "models"
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def read_json(name: str) -> dict:
+    """A small JSON store in localspec's home; empty when missing or unreadable."""
+    p = home() / name
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_json(name: str, data: dict) -> None:
+    """Replace a small JSON store atomically (a reader never sees half a file)."""
+    p = home() / name
+    tmp = p.with_name(f"{name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    tmp.replace(p)

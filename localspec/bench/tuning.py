@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 
 from ..models.fingerprint import pair_key
-from ..paths import home
+from ..paths import read_json, write_json
 
 FILE = "tuned.json"
 
@@ -18,25 +16,12 @@ def mtp_key(target: str | Path, head: str | Path | None, backend: str) -> str:
     return pair_key(target, head or target, backend) + "|mtp"
 
 
-def _path() -> Path:
-    return home() / FILE
-
-
 def load() -> dict:
-    p = _path()
-    if not p.exists():
-        return {}
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
+    return read_json(FILE)
 
 
 def _save(data: dict) -> None:
-    p = _path()
-    tmp = p.with_name(f"{FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
-    tmp.replace(p)
+    write_json(FILE, data)
 
 
 def store(key: str, entry: dict) -> None:

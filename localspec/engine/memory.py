@@ -9,37 +9,21 @@ next to `localspec tune`'s store, keyed like it by the two files and the backend
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 
 from ..models.fingerprint import pair_key
-from ..paths import home
+from ..paths import read_json, write_json
 
 FILE = "learned.json"
 
 
-def _path() -> Path:
-    return home() / FILE
-
-
 def load() -> dict:
-    p = _path()
-    if not p.exists():
-        return {}
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json(FILE)
 
 
 def _save(data: dict) -> None:
-    p = _path()
-    tmp = p.with_name(f"{FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-    tmp.replace(p)
+    write_json(FILE, data)
 
 
 def reset() -> int:
