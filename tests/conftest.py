@@ -28,6 +28,15 @@ from tiny_gguf import TinySpec, TinyZoo  # noqa: E402
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
 
 
+@pytest.fixture
+def one_llama_thread(monkeypatch):
+    """One llama.cpp thread per context: two contexts (target and draft or MTP head) each
+    spinning on every core of this small shared machine slow the tiny models ~100x."""
+    import localspec.engine.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "default_threads", lambda: 1)
+
+
 @pytest.fixture(scope="session")
 def zoo(tmp_path_factory) -> TinyZoo:
     return TinyZoo(tmp_path_factory.mktemp("tiny"))

@@ -33,13 +33,7 @@ PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there w
 MTP_TARGET = Qwen35Spec(mtp=True, bigram_seed=5, layer_gain=0.05, mtp_noise=2.0)
 
 
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch):
-    """One llama.cpp thread per context: two contexts (target and draft or MTP head) each
-    spinning on every core of this small shared machine slow the tiny models ~100x."""
-    import localspec.engine.engine as engine_module
-
-    monkeypatch.setattr(engine_module, "default_threads", lambda: 1)
+pytestmark = pytest.mark.usefixtures("one_llama_thread")
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,7 @@ PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there w
 BIG = dict(n_vocab=REAL_VOCAB, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=64, d_state=8, f16=True)
 
 
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch):
-    """One llama.cpp thread per context: two contexts (target and draft or MTP head) each
-    spinning on every core of this small shared machine slow the tiny models ~100x."""
-    import localspec.engine.engine as engine_module
-
-    monkeypatch.setattr(engine_module, "default_threads", lambda: 1)
+pytestmark = pytest.mark.usefixtures("one_llama_thread")
 
 
 @pytest.fixture(scope="module")
