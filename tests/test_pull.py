@@ -387,3 +387,29 @@ def test_split_target_as_written(hub, files, capsys):
     assert b"".join(Path(f).read_bytes() for f in entry.files) == data
     assert registered()["qwen2.5-1.5b:q8_0"].quant == "Q8_0"
     assert hub.content_gets(t_repo, "qwen2.5-32b-instruct-q8_0-00001-of-00009.gguf") == []
+
+
+def test_linking_the_same_snapshot_from_many_threads(tmp_path, monkeypatch):
+    """Two pulls that finish together both place the snapshot link; neither may fail."""
+    monkeypatch.setattr(lhub, "cache_dir", lambda: tmp_path)
+    blob = tmp_path / "blob"
+    blob.write_bytes(b"weights")
+    rf = lhub.RemoteFile("org/repo", "m.gguf", 7, "0" * 64, "a" * 40)
+    errors = []
+
+    def go():
+        for _ in range(200):
+            try:
+                lhub._link_snapshot(rf, blob)
+            except OSError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=go) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    snap = tmp_path / "models--org--repo" / "snapshots" / ("a" * 40) / "m.gguf"
+    assert snap.read_bytes() == b"weights"
+    assert [p.name for p in snap.parent.iterdir()] == ["m.gguf"]

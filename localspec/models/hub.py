@@ -267,12 +267,15 @@ def _link_snapshot(rf: RemoteFile, blob: Path) -> Path:
     folder = _repo_folder(rf.repo)
     snap = folder / "snapshots" / rf.revision / rf.path
     snap.parent.mkdir(parents=True, exist_ok=True)
-    if snap.is_symlink() or snap.exists():
-        snap.unlink()
+    # Built under a private name and renamed over the old link, so two pulls of the same
+    # file (two processes, or the app and the CLI) never see a missing or half-made link.
+    tmp = snap.with_name(f".{snap.name}.{os.getpid()}.{threading.get_ident()}.link")
+    tmp.unlink(missing_ok=True)
     try:
-        snap.symlink_to(os.path.relpath(blob, snap.parent))
+        tmp.symlink_to(os.path.relpath(blob, snap.parent))
     except OSError:  # pragma: no cover - file systems without symlinks
-        shutil.copyfile(blob, snap)
+        shutil.copyfile(blob, tmp)
+    os.replace(tmp, snap)
     refs = folder / "refs"
     refs.mkdir(parents=True, exist_ok=True)
     if re.fullmatch(r"[0-9a-f]{40}", rf.revision):
@@ -387,7 +390,7 @@ def download(rf: RemoteFile, progress: Progress | None = None,
             raise HubError(f"{label}: checksum mismatch (sha256 {digest[:12]}... but the Hub says "
                            f"{rf.sha256[:12]}...); removed the corrupt file, nothing was registered")
         os.replace(partial, blob)
-    return _link_snapshot(rf, blob), digest
+        return _link_snapshot(rf, blob), digest
 
 
 def sha256_file(path: Path, progress: Progress | None = None, label: str = "",
