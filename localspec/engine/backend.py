@@ -21,6 +21,9 @@ import llama_cpp.llama_cpp as ll
 import numpy as np
 
 from ..errors import BadInput, LocalspecError
+from .outputs import DeviceChain, LogitRows, SampledRows
+
+DEVICE_ROWS_MAX = 64   # output rows a backend sampler covers in one decode (a verify batch)
 
 # ---------------------------------------------------------------------------------------
 # Process-wide set-up and logging
@@ -179,6 +182,8 @@ class Model:
         self.gpu_layers = n_layer if gpu_layers < 0 else min(gpu_layers, n_layer)
         if not gpu_offload_supported():
             self.gpu_layers = 0
+        # llama.cpp offloads the output layer with the last of n_layer + 1 "layers".
+        self.output_on_device = gpu_offload_supported() and (gpu_layers < 0 or gpu_layers > n_layer)
         self._pieces: dict[int, bytes] = {}
         self._eog = np.zeros(self.n_vocab, dtype=bool)
         for t in range(self.n_vocab):
@@ -285,7 +290,7 @@ class Context:
 
     def __init__(self, model: Model, *, n_ctx: int, threads: int | None = None,
                  threads_batch: int | None = None, n_batch: int = 512, cache_type: str = "f16",
-                 rollback_depth: int = 0):
+                 rollback_depth: int = 0, device_sampling: bool | None = None):
         if n_ctx <= 0:
             raise BadInput("context size must be positive")
         if cache_type not in CACHE_TYPES:
@@ -297,6 +302,9 @@ class Context:
         params.n_batch = min(n_batch, n_ctx)
         params.n_ubatch = min(n_batch, n_ctx)
         params.n_seq_max = 1
+        # Backend sampling may then cover a whole verify batch (llama.cpp's default is one
+        # sampled output per sequence and decode).
+        params.n_outputs_max_per_seq = min(DEVICE_ROWS_MAX, params.n_batch)
         params.n_threads = threads
         params.n_threads_batch = threads_batch or threads
         params.type_k = CACHE_TYPES[cache_type]
@@ -331,6 +339,14 @@ class Context:
         self._rs_used = False        # a snapshot rollback is allowed once per decode
         self.stats = RollbackStats()
         self._views: dict[tuple, np.ndarray] = {}
+        # Backend sampling where it pays: with the output layer on a GPU it saves copying a
+        # full row of logits per position to the host. On the CPU it costs more than it saves
+        # (llama.cpp pads the logits for the sampler graph, ~1.5 ms a decode at 152K tokens),
+        # so there the rows stay full and numpy reads them. None: decide so; True/False: force.
+        self.device_sampling = model.output_on_device if device_sampling is None else device_sampling
+        self.device_chain: DeviceChain | None = None   # the backend sampler now set, if any
+        self._chain_ptr = None
+        self._rows_max = int(params.n_outputs_max_per_seq)
         # Called after every successful llama_decode with (first position, its tokens): an
         # MTP drafter reads the hidden states of those positions there.
         self.on_decode: Callable[[int, list[int]], None] | None = None
@@ -430,13 +446,46 @@ class Context:
         self.checkpoints.clear()
         self.pinned = None
 
+    def sample_on_device(self, chain: DeviceChain | None) -> None:
+        """Let llama.cpp's backend sampler handle the output rows from now on (None: full
+        logits again). Setting a chain makes llama.cpp re-plan its graph, so it happens only
+        when the chain changes (a run's settings, not every decode)."""
+        if not self.device_sampling:
+            chain = None
+        if chain == self.device_chain:
+            return
+        if self._chain_ptr is not None:
+            ll.llama_set_sampler(self.ptr, 0, None)
+            ll.llama_sampler_free(self._chain_ptr)
+            self._chain_ptr = None
+        self.device_chain = None
+        if chain is not None:
+            ptr = chain.build()
+            if ll.llama_set_sampler(self.ptr, 0, ptr):
+                self._chain_ptr, self.device_chain = ptr, chain
+            else:  # this backend cannot run the chain: full rows it is
+                ll.llama_sampler_free(ptr)
+
+    def decode_rows(self, tokens: list[int], n_out: int) -> LogitRows | SampledRows:
+        """Decode ``tokens`` and return the last ``n_out`` output rows, as the backend
+        sampler left them when one is set (full logits otherwise)."""
+        if self.device_chain is not None and n_out <= self._rows_max:
+            self._decode(tokens, n_out)
+            return SampledRows(self.ptr, n_out, self.device_chain)
+        return LogitRows(self.decode(tokens, logits=n_out))
+
     def decode(self, tokens: list[int], *, logits: str = "last") -> np.ndarray | None:
         """Append ``tokens`` to the sequence and decode them.
 
         ``logits``: "last" returns shape (n_vocab,) for the final token, "all" returns
         (len(tokens), n_vocab), an int k returns (k, n_vocab) for the last k tokens, "none"
-        returns None.
+        returns None. Full rows: a backend sampler, if one is set, is taken off first.
         """
+        if logits != "none":
+            self.sample_on_device(None)
+        return self._decode(tokens, logits)
+
+    def _decode(self, tokens: list[int], logits) -> np.ndarray | None:
         n = len(tokens)
         if n == 0:
             raise ValueError("decode needs at least one token")
@@ -447,8 +496,8 @@ class Context:
             raise ValueError("cannot return logits for more tokens than one batch")
         if want and n > self.n_batch:
             # Keep the positions that need logits in one llama_decode call.
-            self.decode(tokens[:n - want], logits="none")
-            return self.decode(tokens[n - want:], logits=want)
+            self._decode(tokens[:n - want], "none")
+            return self._decode(tokens[n - want:], want)
         first_out = n - want
         b = self._batch
         start = 0
@@ -480,7 +529,7 @@ class Context:
             if self.on_decode is not None:
                 self.on_decode(base, chunk)
             start += m
-        if logits == "none":
+        if logits == "none" or self.device_chain is not None:
             return None
         if logits == "last":
             return self._view(ll.llama_get_logits_ith(self.ptr, -1), (self._n_vocab,))
@@ -511,6 +560,7 @@ class Context:
 
     def close(self) -> None:
         if getattr(self, "ptr", None):
+            self.sample_on_device(None)
             ll.llama_batch_free(self._batch)
             ll.llama_free(self.ptr)
             self.ptr = None

@@ -19,7 +19,10 @@ from typing import Protocol
 import numpy as np
 
 from .backend import Context
-from .sampling import Dist, SamplingConfig, distribution, top_probability
+from .outputs import LogitRows, SampledRows, chain_for
+from .sampling import Dist, SamplingConfig
+
+Rows = LogitRows | SampledRows
 
 
 @dataclass
@@ -54,16 +57,18 @@ class Drafter(Protocol):
     def close(self) -> None: ...
 
 
-def pick(logits: np.ndarray, cfg: SamplingConfig, rng, gate: Gate | None,
-         position: int) -> tuple[int, Dist, float] | None:
-    """One draft token from ``logits``: (token, its distribution q, the top probability), or
-    None when ``gate(position, top probability)`` ends the draft here."""
+def pick(rows: Rows, cfg: SamplingConfig, rng, gate: Gate | None,
+         position: int, limit: int | None = None) -> tuple[int, Dist, float] | None:
+    """One draft token from the last output row: (token, its distribution q, the top
+    probability), or None when ``gate(position, top probability)`` ends the draft here.
+    ``limit``: propose only ids below it (the target's vocabulary)."""
+    j = len(rows) - 1
     if cfg.greedy:
-        tok = int(np.argmax(logits))
-        top = top_probability(logits) if gate is not None else 1.0
+        tok = rows.argmax(j, limit)
+        top = rows.top_probability(j, limit) if gate is not None else 1.0
         dist = Dist.onehot(tok)
     else:
-        dist = distribution(logits, cfg)
+        dist = rows.dist(j, cfg, limit)
         top = dist.top()[1]
     if gate is not None and not gate(position, top):
         return None
@@ -164,9 +169,9 @@ class ModelDrafter:
             return tokens
         return [t if t < n else self._stand_in for t in tokens]
 
-    def _sync(self, context: list[int]) -> tuple[np.ndarray, int]:
-        """Bring the cache to ``context`` (an extension of the last one); return the logits
-        after its last token and how many tokens that took."""
+    def _sync(self, context: list[int]) -> tuple[Rows, int]:
+        """Bring the cache to ``context`` (an extension of the last one); return the output
+        row after its last token and how many tokens that took."""
         ctx = self.ctx
         if self.offset and self._cheap_catchup(len(context)):   # cheap now: re-read it all
             self.offset = self._known = 0
@@ -182,7 +187,7 @@ class ModelDrafter:
         n = ctx.truncate(n)  # a recurrent state may only go back to a checkpoint
         todo = self._map(context[self.offset + n:])
         self._known = view_len
-        return ctx.decode(todo, logits="last"), len(todo)
+        return ctx.decode_rows(todo, 1), len(todo)
 
     def prefill(self, tokens: list[int]) -> None:
         """Decode a prompt (all but its last token, which each draft starts from); the one
@@ -208,17 +213,16 @@ class ModelDrafter:
         k = min(k, room)
         if k <= 0:
             return Draft([], [], 0.0, 0)
-        logits, synced = self._sync(context)
+        self.ctx.sample_on_device(chain_for(cfg, confidence=gate is not None))
+        rows, synced = self._sync(context)
         t_sync = time.perf_counter() - t0
         steps = 1
         tokens: list[int] = []
         dists: list[Dist] = []
         confidence: list[float] = []
-        n_out = self._n_out
+        limit = self._n_out if self._n_out < self._n_in else None   # never an id the target lacks
         for i in range(k):
-            if n_out < logits.shape[0]:
-                logits = logits[:n_out]   # never propose an id the target lacks
-            picked = pick(logits, cfg, rng, gate, i + 1)
+            picked = pick(rows, cfg, rng, gate, i + 1, limit)
             if picked is None:
                 break
             tok, dist, top = picked
@@ -232,7 +236,7 @@ class ModelDrafter:
                 # back to it and decodes what the target kept in one batch, instead of
                 # saving its state before every draft token (a no-op for a KV cache).
                 self.ctx.mark()
-            logits = self.ctx.decode([tok], logits="last")
+            rows = self.ctx.decode_rows([tok], 1)
             steps += 1
         seconds = time.perf_counter() - t0
         self._measured(synced, t_sync, steps, seconds)

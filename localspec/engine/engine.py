@@ -53,6 +53,9 @@ class EngineConfig:
     # Keep what the adaptive policy learns about this pair (costs, acceptance) in
     # learned.json so the next process starts from it; False: only within this Engine.
     remember: bool = True
+    # Sample inside llama.cpp's graph (backend sampling); None: when the output layer is on a
+    # GPU (see backend.Context).
+    device_sampling: bool | None = None
 
     def validate(self) -> None:
         if self.n_ctx < 16:
@@ -84,7 +87,8 @@ class Engine:
                                   load_mtp=config.mtp and not config.mtp_file)
         depth = DEFAULT_ROLLBACK_DEPTH if config.rollback_depth is None else config.rollback_depth
         self.target_ctx = Context(self.target_model, n_ctx=config.n_ctx, threads=threads,
-                                  n_batch=config.n_batch, cache_type=config.cache_type, rollback_depth=depth)
+                                  n_batch=config.n_batch, cache_type=config.cache_type, rollback_depth=depth,
+                                  device_sampling=config.device_sampling)
         self.draft_model = None
         self.draft_ctx = None
         self._generators: dict[DrafterKind, Generator] = {DrafterKind.NONE: Generator(self.target_ctx)}
@@ -92,7 +96,8 @@ class Engine:
             gl = config.gpu_layers_draft if config.gpu_layers_draft is not None else config.gpu_layers
             self.draft_model = Model(config.draft, gpu_layers=gl)
             self.draft_ctx = Context(self.draft_model, n_ctx=config.n_ctx, threads=threads,
-                                     n_batch=config.n_batch, cache_type=config.cache_type)
+                                     n_batch=config.n_batch, cache_type=config.cache_type,
+                                     device_sampling=config.device_sampling)
             self._generators[DrafterKind.MODEL] = Generator(
                 self.target_ctx, ModelDrafter(self.draft_ctx, n_vocab_target=self.target_model.n_vocab))
         self.mtp_model = None

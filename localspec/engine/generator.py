@@ -19,8 +19,9 @@ from ..errors import BadInput, ContextOverflow
 from .backend import Context, Rollback
 from .drafters import Draft, Drafter, NoDrafter, _common_prefix
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
+from .outputs import chain_for
 from .policy import Policy
-from .sampling import Dist, distribution, speculative_accept
+from .sampling import Dist, speculative_accept
 from .spec import RunSpec
 from .stats import StatsRecorder
 from .text import TextStream
@@ -64,10 +65,11 @@ class Generator:
         # hybrid target saves its state at the end, so a next prompt that differs only after
         # this one (a re-rendered chat turn) does not decode the conversation again.
         t_start = time.perf_counter()
+        tgt.sample_on_device(chain_for(sampling, confidence=False))
         rollback_before = _rollback_snapshot(tgt, drafter)
         n_cached = tgt.truncate(min(_common_prefix(tgt.tokens, prompt), len(prompt) - 1))
         head = prompt if self.first_from_prompt else prompt[:-1]
-        first_logits = tgt.decode(head[n_cached:], logits="last") if len(head) > n_cached else None
+        first_rows = tgt.decode_rows(head[n_cached:], 1) if len(head) > n_cached else None
         tgt.mark(pin=True)
         t_gen = time.perf_counter()
         stats.prompt(len(prompt), n_cached, t_gen - t_start)
@@ -82,10 +84,7 @@ class Generator:
         step_index = 0
         if self.first_from_prompt:
             t0 = time.perf_counter()
-            if sampling.greedy:
-                first = int(np.argmax(first_logits))
-            else:
-                first = distribution(first_logits, sampling).sample(rng)
+            first = first_rows.argmax(0) if sampling.greedy else first_rows.dist(0, sampling).sample(rng)
             t_first = time.perf_counter() - t0
             emitted = yield from out.emit([first], [Origin.TARGET])
             step = Step(0, 0, 0, 0, emitted, 0.0, t_first, policy.drafting, verify_batch=0)
@@ -133,19 +132,18 @@ class Generator:
             redecoded += len(pending) - 1
             if n and (tgt.rollback is Rollback.CHECKPOINT or (tgt.rollback is Rollback.RS and n > tgt.rs_depth)):
                 tgt.mark()
-            logits = tgt.decode(pending + drafts, logits=n + 1)
+            rows = tgt.decode_rows(pending + drafts, n + 1)
             if sampling.greedy:
-                preds = np.argmax(logits, axis=1)
                 a = 0
-                while a < n and preds[a] == drafts[a]:
+                while a < n and rows.argmax(a) == drafts[a]:
                     a += 1
-                nxt = int(preds[a])
+                nxt = rows.argmax(a)
             else:
                 cache: dict[int, Dist] = {}
 
-                def p_at(i: int, logits=logits, cache=cache) -> Dist:
+                def p_at(i: int, rows=rows, cache=cache) -> Dist:
                     if i not in cache:
-                        cache[i] = distribution(logits[i], sampling)
+                        cache[i] = rows.dist(i, sampling)
                     return cache[i]
 
                 q = d.dists if d.dists is not None else [Dist.onehot(t) for t in drafts]

@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import BadInput, LocalspecError
 from .backend import Context, Model, Rollback, RollbackStats, last_log_error
 from .drafters import Draft, _common_prefix, pick
+from .outputs import LogitRows
 from .sampling import Dist, SamplingConfig
 
 _FLOAT_P = ctypes.POINTER(ctypes.c_float)
@@ -267,7 +268,7 @@ class MtpDrafter:
         confidence: list[float] = []
         hidden = np.empty((1, self.ctx.n_embd), dtype=np.float32)
         for i in range(k):
-            picked = pick(logits, cfg, rng, gate, i + 1)
+            picked = pick(LogitRows(logits), cfg, rng, gate, i + 1)
             if picked is None:
                 break
             tok, dist, top = picked

@@ -142,6 +142,28 @@ def distribution(logits: np.ndarray, cfg: SamplingConfig, temperature: float | N
     raise AssertionError("the whole vocabulary always decides")  # pragma: no cover
 
 
+def candidate_distribution(ids: np.ndarray, logits: np.ndarray, cfg: SamplingConfig,
+                           temperature: float | None = None) -> Dist:
+    """The distribution over a top-k set that llama.cpp's backend sampler kept (ids in any
+    order): top-p (normalised over the set, as llama.cpp's chain does after top-k), min-p,
+    then temperature; what :func:`distribution` gives for the full row when top-k is on."""
+    temp = cfg.temperature if temperature is None else temperature
+    order = np.lexsort((ids, -logits))           # by descending logit, ties to the lower id
+    x = logits[order].astype(np.float64)
+    if temp <= 0.0:
+        return Dist.onehot(int(ids[order[0]]))
+    e = np.exp(x - x[0])
+    m = x.shape[0]
+    if cfg.min_p > 0.0:
+        m = int(np.count_nonzero(e >= cfg.min_p))
+    if cfg.top_p < 1.0:
+        csum = np.cumsum(e)
+        m = min(m, int(np.searchsorted(csum, cfg.top_p * csum[-1], side="left")) + 1)
+    kept = ids[order[:m]]
+    back = np.argsort(kept)
+    return Dist(kept[back], _softmax(x[:m][back] / temp))
+
+
 def _kept(x: np.ndarray, top: float, cut: float, k: int, top_p: float, min_p: float) -> np.ndarray | None:
     """The kept ids if the candidates at or above ``cut`` decide them, else None."""
     n = x.shape[0]

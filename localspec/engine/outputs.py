@@ -1,0 +1,133 @@
+"""What one decode hands back per output position: a row of logits, or what llama.cpp's
+backend sampler kept of it.
+
+With backend sampling (``llama_set_sampler``) the sampler chain runs inside the model's graph,
+so on a GPU only the chosen token or the top-k candidates leave the device, instead of a
+full row of logits (600 KB to 1 MB at 152K-248K tokens) per position, and Python never
+touches a full-vocabulary array. The chain is chosen from the run's :class:`SamplingConfig`
+(:func:`chain_for`); both kinds of rows answer the same three questions (the top token, the
+sampling distribution, the top probability), so the speculative loop and the drafters do
+not care which they hold.
+
+Exactness: greedy takes llama.cpp's argmax. With top-k on, the device keeps the top-k
+candidates and their logits, and top-p, min-p and temperature run on those (llama.cpp's
+chain order: top-p normalises over the top-k set), so the distribution is the one the
+numpy path computes from the full row. With top-k off, top-p needs the normaliser over the
+whole vocabulary: such runs keep full rows (:func:`chain_for` returns None).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import llama_cpp.llama_cpp as ll
+import numpy as np
+
+from .sampling import Dist, SamplingConfig, candidate_distribution, distribution, top_probability
+
+# A draft's confidence (the top token's probability) comes from this many candidates: it
+# steers drafting, never what is emitted, and over-estimates only by the mass outside them.
+CONFIDENCE_K = 16
+
+
+@dataclass(frozen=True)
+class DeviceChain:
+    """A backend sampler chain: "greedy" (llama.cpp's argmax) or "top_k" (keep k candidates)."""
+
+    kind: str
+    k: int = 0
+
+    def build(self):
+        """A new llama.cpp sampler chain (one chain object serves one context, once)."""
+        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        one = ll.llama_sampler_init_greedy() if self.kind == "greedy" else ll.llama_sampler_init_top_k(self.k)
+        ll.llama_sampler_chain_add(chain, one)
+        return chain
+
+
+def chain_for(cfg: SamplingConfig, *, confidence: bool) -> DeviceChain | None:
+    """The backend chain for these settings, or None when full rows are needed (top-k off).
+    ``confidence``: the caller also needs the top probability (a draft's gate)."""
+    if cfg.greedy:
+        return DeviceChain("top_k", CONFIDENCE_K) if confidence else DeviceChain("greedy")
+    if cfg.top_k > 0:
+        return DeviceChain("top_k", cfg.top_k)
+    return None
+
+
+class LogitRows:
+    """Full rows of logits (a numpy view of llama.cpp's buffer, valid until the next decode)."""
+
+    __slots__ = ("x",)
+
+    def __init__(self, logits: np.ndarray):
+        self.x = logits if logits.ndim == 2 else logits.reshape(1, -1)
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    def argmax(self, j: int, limit: int | None = None) -> int:
+        return int(self.x[j, :limit].argmax())
+
+    def dist(self, j: int, cfg: SamplingConfig, limit: int | None = None) -> Dist:
+        return distribution(self.x[j, :limit], cfg)
+
+    def top_probability(self, j: int, limit: int | None = None) -> float:
+        return top_probability(self.x[j, :limit])
+
+
+def _array(ptr, n: int, dtype) -> np.ndarray:
+    """A copy of ``n`` items at a C pointer (cheaper than numpy's ctypes bridge)."""
+    return np.frombuffer(ctypes.string_at(ptr, n * 4), dtype=dtype)
+
+
+class SampledRows:
+    """The last decode's output rows as the backend sampler left them: the chosen token
+    ("greedy") or the top-k candidates with their logits ("top_k")."""
+
+    __slots__ = ("ptr", "n", "chain", "_cand")
+
+    def __init__(self, ctx_ptr, n: int, chain: DeviceChain):
+        self.ptr = ctx_ptr
+        self.n = n
+        self.chain = chain
+        self._cand: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def candidates(self, j: int, limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, logits) of the candidates at row ``j`` (ids below ``limit`` only)."""
+        got = self._cand.get(j)
+        if got is None:
+            i = j - self.n
+            c = ll.llama_get_sampled_candidates_count_ith(self.ptr, i)
+            m = ll.llama_get_sampled_logits_count_ith(self.ptr, i)
+            if c == 0 or c != m:
+                raise RuntimeError(f"the backend sampler left {c} candidates and {m} logits")
+            ids = _array(ll.llama_get_sampled_candidates_ith(self.ptr, i), c, np.int32).astype(np.int64)
+            got = self._cand[j] = (ids, _array(ll.llama_get_sampled_logits_ith(self.ptr, i), c, np.float32))
+        if limit is not None and int(got[0].max()) >= limit:
+            keep = got[0] < limit
+            if not keep.any():
+                raise RuntimeError("every candidate lies past the vocabulary limit")
+            return got[0][keep], got[1][keep]
+        return got
+
+    def argmax(self, j: int, limit: int | None = None) -> int:
+        if self.chain.kind == "greedy":
+            return int(ll.llama_get_sampled_token_ith(self.ptr, j - self.n))
+        ids, logits = self.candidates(j, limit)
+        return int(ids[int(logits.argmax())])
+
+    def dist(self, j: int, cfg: SamplingConfig, limit: int | None = None) -> Dist:
+        if cfg.greedy:
+            return Dist.onehot(self.argmax(j, limit))
+        ids, logits = self.candidates(j, limit)
+        return candidate_distribution(ids, logits, cfg)
+
+    def top_probability(self, j: int, limit: int | None = None) -> float:
+        _, logits = self.candidates(j, limit)
+        x = logits.astype(np.float64)
+        return 1.0 / float(np.exp(x - x.max()).sum())
