@@ -354,6 +354,8 @@ class Context:
         for i in range(self.n_batch):
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = 0
+        # The batch's arrays, fetched once (each attribute read builds a new ctypes pointer).
+        self._b_token, self._b_pos, self._b_logits = b.token, b.pos, b.logits
 
     @property
     def n_past(self) -> int:
@@ -500,6 +502,7 @@ class Context:
             return self._decode(tokens[n - want:], want)
         first_out = n - want
         b = self._batch
+        b_token, b_pos, b_logits = self._b_token, self._b_pos, self._b_logits
         start = 0
         while start < n:
             chunk = tokens[start:start + self.n_batch]
@@ -507,11 +510,11 @@ class Context:
             last_chunk = start + m == n
             base = self.n_past  # the mirror holds the chunks decoded so far
             for i, t in enumerate(chunk):
-                b.token[i] = t
-                b.pos[i] = base + i
-                b.logits[i] = want > 0 and start + i >= first_out
+                b_token[i] = t
+                b_pos[i] = base + i
+                b_logits[i] = want > 0 and start + i >= first_out
             if logits == "last" and last_chunk:
-                b.logits[m - 1] = True
+                b_logits[m - 1] = True
             b.n_tokens = m
             t0 = time.perf_counter()
             rc = ll.llama_decode(self.ptr, b)

@@ -58,15 +58,16 @@ class Drafter(Protocol):
 
 
 def pick(rows: Rows, cfg: SamplingConfig, rng, gate: Gate | None,
-         position: int, limit: int | None = None) -> tuple[int, Dist, float] | None:
+         position: int, limit: int | None = None) -> tuple[int, Dist | None, float] | None:
     """One draft token from the last output row: (token, its distribution q, the top
     probability), or None when ``gate(position, top probability)`` ends the draft here.
-    ``limit``: propose only ids below it (the target's vocabulary)."""
+    ``limit``: propose only ids below it (the target's vocabulary). A greedy pick has no
+    distribution (None): it is one-hot, built only if the target samples."""
     j = len(rows) - 1
     if cfg.greedy:
         tok = rows.argmax(j, limit)
         top = rows.top_probability(j, limit) if gate is not None else 1.0
-        dist = Dist.onehot(tok)
+        dist = None
     else:
         dist = rows.dist(j, cfg, limit)
         top = dist.top()[1]
@@ -218,7 +219,7 @@ class ModelDrafter:
         t_sync = time.perf_counter() - t0
         steps = 1
         tokens: list[int] = []
-        dists: list[Dist] = []
+        dists: list[Dist | None] = []
         confidence: list[float] = []
         limit = self._n_out if self._n_out < self._n_in else None   # never an id the target lacks
         for i in range(k):
@@ -240,7 +241,7 @@ class ModelDrafter:
             steps += 1
         seconds = time.perf_counter() - t0
         self._measured(synced, t_sync, steps, seconds)
-        return Draft(tokens, dists, seconds, steps, synced, t_sync, confidence)
+        return Draft(tokens, None if cfg.greedy else dists, seconds, steps, synced, t_sync, confidence)
 
     def close(self) -> None:
         self.ctx.close()

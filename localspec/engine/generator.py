@@ -135,9 +135,10 @@ class Generator:
             rows = tgt.decode_rows(pending + drafts, n + 1)
             if sampling.greedy:
                 a = 0
-                while a < n and rows.argmax(a) == drafts[a]:
+                nxt = rows.argmax(0)        # each row's argmax once, and only up to the first miss
+                while a < n and nxt == drafts[a]:
                     a += 1
-                nxt = rows.argmax(a)
+                    nxt = rows.argmax(a)
             else:
                 cache: dict[int, Dist] = {}
 

@@ -264,7 +264,7 @@ class MtpDrafter:
         pos = len(context)               # where the next draft entry goes
         steps = 1
         tokens: list[int] = []
-        dists: list[Dist] = []
+        dists: list[Dist | None] = []
         confidence: list[float] = []
         hidden = np.empty((1, self.ctx.n_embd), dtype=np.float32)
         for i in range(k):
@@ -281,7 +281,7 @@ class MtpDrafter:
             logits, row = self.ctx.decode([tok], pos, hidden)
             pos += 1
             steps += 1
-        return Draft(tokens, dists, time.perf_counter() - t0, steps, synced, t_sync, confidence)
+        return Draft(tokens, None if cfg.greedy else dists, time.perf_counter() - t0, steps, synced, t_sync, confidence)
 
     def close(self) -> None:
         if self.target.on_decode == self._capture:
