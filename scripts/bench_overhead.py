@@ -89,14 +89,16 @@ def python_ms_per_token(done: Done) -> float:
     return 1000.0 * max(0.0, s.generation_seconds - s.decode_seconds) / max(1, s.n_generated)
 
 
-def overhead_grid(zoo: TinyZoo, vocabs, contexts, n: int, runs: int, threads: int) -> list[dict]:
+def overhead_grid(zoo: TinyZoo, vocabs, contexts, n: int, runs: int, threads: int,
+                  device_sampling: bool | None = None) -> list[dict]:
     rows = []
     rng_prompt = __import__("numpy").random.default_rng(0)
     for vocab in vocabs:
         n_ctx = max(contexts) + 2 * n + 64
         target = zoo.get(tiny(vocab, n_ctx), f"v{vocab}-target.gguf")
         draft = zoo.get(tiny(vocab, n_ctx, noise=0.1), f"v{vocab}-draft.gguf")
-        with Engine(EngineConfig(target=str(target), draft=str(draft), n_ctx=n_ctx, threads=threads)) as e:
+        with Engine(EngineConfig(target=str(target), draft=str(draft), n_ctx=n_ctx, threads=threads,
+                                 device_sampling=device_sampling)) as e:
             for ctx_len in contexts:
                 prompt = [int(t) for t in rng_prompt.integers(3, BASE_VOCAB, ctx_len)]
                 e.reset()
@@ -122,6 +124,7 @@ def overhead_grid(zoo: TinyZoo, vocabs, contexts, n: int, runs: int, threads: in
                             "python_cpu_ms_per_token": round(statistics.median(cpu), 4),
                             "tokens_per_second": round(statistics.median(tps), 1),
                             "prefill_seconds": round(prefill_s, 2),
+                            "backend_sampling": e.target_ctx.device_chain is not None,
                         })
                         print(json.dumps(rows[-1]), flush=True)
     return rows
@@ -194,6 +197,11 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1,
                     help="llama.cpp threads (1: compute on the calling thread, for the CPU-time figure)")
+    ap.add_argument("--device-sampling", choices=["auto", "on", "off"], default="auto",
+                    help="llama.cpp's backend sampling: auto (on when the output layer is on a GPU), or "
+                         "forced (on the CPU 'on' runs the GPU's code path, at a cost the CPU pays in decode)")
+    ap.add_argument("--skip-side-by-side", action="store_true",
+                    help="only the grid (no SmolLM2 sampling-vs-greedy or first-token runs)")
     ap.add_argument("--out", default="docs/bench/overhead-cpu.json")
     args = ap.parse_args(argv)
     ll.llama_decode = _timed_decode   # the CPU-time figure's hook (not installed on import)
@@ -205,14 +213,18 @@ def main(argv=None) -> int:
         "method": "python_ms_per_token = (generation_seconds - decode_seconds) / tokens, from each run's "
                   "summary; medians over alternating runs",
     }
-    smol = smollm2_path()
+    device = {"auto": None, "on": True, "off": False}[args.device_sampling]
+    result["device_sampling"] = args.device_sampling
+    smol = smollm2_path() if not args.skip_side_by_side else None
     if smol is not None:
         result["sampling_vs_greedy_smollm2"] = sampling_vs_greedy(smol, 128, max(args.runs, 5), args.threads)
         print(json.dumps(result["sampling_vs_greedy_smollm2"]), flush=True)
-    result["first_token"] = first_token(zoo, 151936, 1024, max(args.runs, 5), args.threads)
-    print(json.dumps(result["first_token"]), flush=True)
+    if not args.skip_side_by_side:
+        result["first_token"] = first_token(zoo, 151936, 1024, max(args.runs, 5), args.threads)
+        print(json.dumps(result["first_token"]), flush=True)
     result["overhead"] = overhead_grid(zoo, [int(v) for v in args.vocabs.split(",")],
-                                       [int(c) for c in args.contexts.split(",")], args.n, args.runs, args.threads)
+                                       [int(c) for c in args.contexts.split(",")], args.n, args.runs, args.threads,
+                                       device)
     result["seconds"] = round(time.time() - t0, 1)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
