@@ -92,15 +92,18 @@ N = int(os.environ.get("GPU_CHECK_TOKENS", "256"))
 work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
 
 
-def bench(name, target, draft, prompt_text, *, mtp=False, mtp_file=None):
+def bench(name, target, draft, prompt_text, *, mtp=False, mtp_file=None, device_sampling=None):
     """Target alone vs each drafter the engine has (a draft model, and the MTP head when
-    ``mtp``), greedy and sampled, alternating runs."""
+    ``mtp``), greedy and sampled, alternating runs. ``device_sampling``: None is the default
+    (llama.cpp's backend sampling with the output layer on the GPU); False reads full rows."""
     out = {"pair": name, "target": str(target), "draft": str(draft) if draft else None,
            "mtp_file": str(mtp_file) if mtp_file else None}
     config = EngineConfig(target=str(target), draft=str(draft) if draft else None, mtp=mtp,
-                          mtp_file=str(mtp_file) if mtp_file else None, n_ctx=4096)
+                          mtp_file=str(mtp_file) if mtp_file else None, n_ctx=4096,
+                          device_sampling=device_sampling)
     with Engine(config) as e:
         out["engine"] = e.describe()
+        out["backend_sampling"] = e.target_ctx.device_sampling
         prompt = e.tokenize(prompt_text)
         drafters = [k for k in (DrafterKind.MODEL, DrafterKind.MTP) if k in e.drafters]
         for drafter in [DrafterKind.NONE, *drafters]:   # warm-up: first allocations, kernels
@@ -152,6 +155,9 @@ small = TinySpec(n_embd=256, n_ff=512, n_layer=2, n_head=4, n_head_kv=2, bigram_
 try:
     results.append(bench(f"generated {layers}x{width} / 2x256, 152K vocab", zoo.get(big, "big.gguf"),
                          zoo.get(small, "small.gguf"), "The quick brown fox"))
+    # The same pair reading full rows of logits (backend sampling off), for the difference.
+    results.append(bench(f"generated {layers}x{width} / 2x256, 152K vocab, full rows", zoo.get(big, "big.gguf"),
+                         zoo.get(small, "small.gguf"), "The quick brown fox", device_sampling=False))
 except BaseException as exc:  # noqa: BLE001
     results.append({"pair": "generated", "error": str(exc)})
 
