@@ -200,7 +200,7 @@ def first_token(zoo: TinyZoo, vocab: int, prompt_len: int, runs: int, threads: i
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vocabs", default="49152,151936,248320")
+    ap.add_argument("--vocabs", default="49152,151936,248320", help='"" runs no grid (the side-by-side runs only)')
     ap.add_argument("--contexts", default="1024,32768")
     ap.add_argument("-n", type=int, default=64, help="tokens per run")
     ap.add_argument("--runs", type=int, default=3)
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
     if not args.skip_side_by_side:
         result["first_token"] = first_token(zoo, 151936, 1024, max(args.runs, 5), args.threads)
         print(json.dumps(result["first_token"]), flush=True)
-    result["overhead"] = overhead_grid(zoo, [int(v) for v in args.vocabs.split(",")],
+    result["overhead"] = overhead_grid(zoo, [int(v) for v in args.vocabs.split(",") if v],
                                        [int(c) for c in args.contexts.split(",")], args.n, args.runs, args.threads,
                                        device)
     result["seconds"] = round(time.time() - t0, 1)
