@@ -66,6 +66,12 @@ def last_log_error() -> str:
     return ""
 
 
+def _runs_on_backend(chain) -> bool:
+    """Whether llama.cpp put the chain's sampler into the graph: once set, a sampler's name
+    reads "+name" when the device runs it and "-name" when it cannot (no sampled rows then)."""
+    return (ll.llama_sampler_name(ll.llama_sampler_chain_get(chain, 0)) or b"").startswith(b"+")
+
+
 def system_info() -> str:
     init_backend()
     return ll.llama_print_system_info().decode("utf-8", errors="replace")
@@ -463,9 +469,10 @@ class Context:
         self.device_chain = None
         if chain is not None:
             ptr = chain.build()
-            if ll.llama_set_sampler(self.ptr, 0, ptr):
+            if ll.llama_set_sampler(self.ptr, 0, ptr) and _runs_on_backend(ptr):
                 self._chain_ptr, self.device_chain = ptr, chain
             else:  # this backend cannot run the chain: full rows it is
+                ll.llama_set_sampler(self.ptr, 0, None)
                 ll.llama_sampler_free(ptr)
 
     def decode_rows(self, tokens: list[int], n_out: int) -> LogitRows | SampledRows:
