@@ -96,6 +96,28 @@ def test_a_pair_learned_once_starts_from_it(cost_pairs):
     memory.reset()
 
 
+def test_a_paused_start_does_not_make_the_draft_read_the_prompt(cost_pairs):
+    """Seeded paused on the losing pair, a new prompt costs the dearer draft nothing: it reads
+    the context only when a probe or a resume needs it (then catching up as after a pause)."""
+    from localspec.engine import memory
+
+    memory.reset()
+    with make_engine(cost_pairs["small"], cost_pairs["big"], fixed_k=False, draft_max=8, p_min=None) as e:
+        toks = e.tokenize("The quick brown fox")
+        base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60, speculative=False)
+        run_to_done(e, toks, sampling=GREEDY, max_tokens=60)          # learns that drafting loses
+        e.reset()
+        before = e.draft_ctx.decode_seconds
+        done, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60)
+        assert done.policy["seeded"] and done.summary.drafted == 0
+        assert e.draft_ctx.decode_seconds == before and e.draft_ctx.tokens == []
+        assert done.token_ids == base.token_ids
+        # Forced to draft again (fixed K), the draft catches up from whatever it holds.
+        fixed, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60, adaptive=False)
+        assert fixed.token_ids == base.token_ids and fixed.summary.drafted > 0
+    memory.reset()
+
+
 def test_ngram_lookups_are_measured_by_the_policy(tiny_target):
     """Prompt lookup reports its lookups as drafting steps: the policy knows their cost."""
     with make_engine(tiny_target, drafter="ngram", fixed_k=False, draft_max=8, p_min=None) as e:
@@ -165,3 +187,36 @@ def test_draft_catches_up_fully_when_its_measured_cost_says_it_is_cheap(tiny_dra
             ctx.close()
     finally:
         model.close()
+
+
+def test_drafting_that_starts_paused_catches_up_when_it_resumes(tiny_target, tiny_draft):
+    """A generation that starts paused (no prompt read by the draft) and resumes drafting later
+    stays the target's output, and the draft reads the context on its first draft."""
+    from localspec.engine import DrafterKind
+    from localspec.engine.policy import FixedPolicy
+
+    class PausedThenDrafting(FixedPolicy):
+        def __init__(self):
+            super().__init__(4)
+            self.drafting = False
+            self.rounds = 0
+
+        def next_k(self):
+            return 4 if self.drafting else 0
+
+        def observe(self, r):
+            self.rounds += 1
+            if self.rounds == 10:
+                self.drafting = True
+            return None
+
+    with make_engine(tiny_target, tiny_draft) as e:
+        toks = e.tokenize("The quick brown fox jumps over the lazy dog")
+        base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=80, speculative=False)
+        e.reset()
+        spec = e.test_spec.with_(sampling=GREEDY, max_tokens=80)
+        events = list(e._generator(DrafterKind.MODEL).generate(toks, spec, PausedThenDrafting()))
+        done = events[-1]
+    assert done.token_ids == base.token_ids
+    assert done.summary.drafted > 0 and done.summary.accepted > 0
+    assert done.summary.tokens_drafting_off >= 9

@@ -27,9 +27,9 @@ class ChainDrafter:
         self.ctx = model.ctx
         self.lookups = 0       # rounds the lookup drafted (the rest fell to the model)
 
-    def prefill(self, tokens: list[int]) -> None:
+    def prefill(self, tokens: list[int], *, now: bool = True) -> None:
         self.lookup.prefill(tokens)
-        self.model.prefill(tokens)
+        self.model.prefill(tokens, now=now)
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate: Gate | None = None) -> Draft:
         d = self.lookup.draft(context, k, cfg, rng, gate)

@@ -47,8 +47,10 @@ class Drafter(Protocol):
     deterministic: bool        # True: drafts carry no distributions (one-hot q)
     ctx: Context | None        # the drafter's own llama.cpp context, if it has one
 
-    def prefill(self, tokens: list[int]) -> None:
-        """A new prompt: get ready to draft after ``tokens``."""
+    def prefill(self, tokens: list[int], *, now: bool = True) -> None:
+        """A new prompt: get ready to draft after ``tokens``. ``now=False``: drafting starts
+        paused, so a drafter whose reading of the prompt costs real time may leave it to the
+        first draft (which then catches up as after any pause)."""
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng: np.random.Generator,
               gate: Gate | None = None) -> Draft:
@@ -97,7 +99,7 @@ class NoDrafter:
     deterministic = True
     ctx = None
 
-    def prefill(self, tokens: list[int]) -> None:
+    def prefill(self, tokens: list[int], *, now: bool = True) -> None:
         pass
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
@@ -190,13 +192,19 @@ class ModelDrafter:
         self._known = view_len
         return ctx.decode_rows(todo, 1), len(todo)
 
-    def prefill(self, tokens: list[int]) -> None:
+    def prefill(self, tokens: list[int], *, now: bool = True) -> None:
         """Decode a prompt (all but its last token, which each draft starts from); the one
-        full comparison with what the cache holds happens here, once per prompt."""
+        full comparison with what the cache holds happens here, once per prompt. ``now=False``
+        (drafting starts paused: a draft dearer than the target must not cost a prompt's
+        decode for nothing): only forget what is known, so the first draft compares its cache
+        with the context and catches up, or restarts from a window, like after a pause."""
         ctx = self.ctx
         if self.offset:
             self.offset = 0
             ctx.clear()
+        if not now:
+            self._known = 0
+            return
         head = self._map(tokens[:-1])
         n = ctx.truncate(_common_prefix(ctx.tokens, head))
         if len(head) > n:
@@ -280,8 +288,8 @@ class NgramDrafter:
                 if s >= 0:
                     self._index[tuple(self._seen[s:end])] = s
 
-    def prefill(self, tokens: list[int]) -> None:
-        self._rebuild(tokens, check=True)
+    def prefill(self, tokens: list[int], *, now: bool = True) -> None:
+        self._rebuild(tokens, check=True)   # cheap: an index of the prompt's n-grams
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
         t0 = time.perf_counter()

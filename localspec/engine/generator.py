@@ -92,7 +92,7 @@ class Generator:
             yield step   # a round of its own, not one the policy chose: it does not observe it
             step_index = 1
         if out.reason is None and policy.may_draft:
-            drafter.prefill(tokens)
+            drafter.prefill(tokens, now=policy.drafting)
 
         while out.reason is None:
             if cancel is not None and cancel.is_set():

@@ -248,7 +248,7 @@ class MtpDrafter:
         head.tokens.append(context[last])
         return logits, row, caught + 1
 
-    def prefill(self, tokens: list[int]) -> None:
+    def prefill(self, tokens: list[int], *, now: bool = True) -> None:
         """A new prompt (the target has decoded all but its last token): make sure the head
         has its entries (normally made as the target decoded them)."""
         if len(tokens) > 1:
