@@ -82,7 +82,7 @@ def test_first_token_does_not_wait_for_the_drafter(tiny_target, tiny_draft):
         drafter = e.drafter(DrafterKind.MODEL)
         order = []
         prefill, draft = drafter.prefill, drafter.draft
-        drafter.prefill = lambda tokens: (order.append("prefill"), prefill(tokens))[1]
+        drafter.prefill = lambda tokens, **kw: (order.append("prefill"), prefill(tokens, **kw))[1]
         drafter.draft = lambda *a, **kw: (order.append("draft"), draft(*a, **kw))[1]
         toks = e.tokenize(LONG)
         for ev in e.run(toks, e.test_spec.with_(sampling=GREEDY, max_tokens=12)):
