@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -210,7 +211,18 @@ def markdown(paths: list[str]) -> str:
                     row.append(f"{c['cpu_chain_vs_better']:.3f}" + ("" if c.get("cpu_chain_meets") else " ✗")
                                if "cpu_chain_vs_better" in c else "-")
                 lines.append("| " + " | ".join(row) + " |")
+            # One figure per pair and length, less at the mercy of one noisy cell.
+            lines.append("\nGeometric mean over the prompts, default / best: wall "
+                         + f"{_geomean(c['default_vs_best'] for c in cells):.3f}, paired "
+                         + f"{_geomean(paired(c, 'default', c['best']) for c in cells):.3f}"
+                         + (f", CPU time {_geomean(c['cpu_default_vs_best'] for c in cells):.3f}"
+                            if all("cpu_default_vs_best" in c for c in cells) else ""))
     return "\n".join(lines).lstrip("\n")
+
+
+def _geomean(xs) -> float:
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 0.0
 
 
 def main(argv=None) -> int:
