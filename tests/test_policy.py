@@ -216,3 +216,16 @@ def test_fixed_and_bad_values():
         AdaptivePolicy(4, 2)
     with pytest.raises(BadInput):
         AdaptivePolicy(0, 2)
+
+
+def test_a_steep_noisy_segment_does_not_make_long_drafts_look_dear():
+    """Past the largest measured batch a verify costs at most that batch's cost per token:
+    one noisy pair of samples must not stop K from growing on a pair that pays."""
+    from localspec.engine.policy import _Samples
+
+    p = AdaptivePolicy(1, 16)
+    p._verify = {1: _Samples(0.010), 4: _Samples(0.011), 5: _Samples(0.020)}   # 5 spiked
+    assert p.verify_cost(9) == pytest.approx(0.020 * 9 / 5)     # not 0.020 + 4 * 0.009
+    p._points = {}
+    p._verify[5] = _Samples(0.0115)
+    assert p.verify_cost(9) == pytest.approx(0.0115 + 4 * 0.0005)   # a gentle slope stands

@@ -300,8 +300,9 @@ class AdaptivePolicy:
     # -- measurements -----------------------------------------------------------------
     def verify_cost(self, n: int, optimistic: bool = False) -> float | None:
         """Seconds for a target decode of n tokens: measured, interpolated between measured
-        sizes, or extended past the largest with the slope of the last segment. Optimistic:
-        verify batches (not the plain step) at the low end of their intervals."""
+        sizes, or extended past the largest with the slope of the last segment (capped at
+        the largest batch's cost per token). Optimistic: verify batches (not the plain step)
+        at the low end of their intervals."""
         pts = self._points.get(optimistic)
         if pts is None:
             low = self._low() if optimistic else 1.0
@@ -316,8 +317,11 @@ class AdaptivePolicy:
             b, t = pts[0]
             return max(t * (1.0 + 0.15 * (n - b) / max(b, 1)), 1e-9)
         if n > sizes[-1]:
+            # The last segment's slope, but never more per token than the largest measured
+            # batch: batching only shares a step's cost (a noisy steep segment must not make
+            # every longer draft look dear, which kept K low on a pair that pays).
             (b0, t0), (b1, t1) = pts[-2], pts[-1]
-            return t1 + max((t1 - t0) / (b1 - b0), 0.0) * (n - b1)
+            return min(t1 + max((t1 - t0) / (b1 - b0), 0.0) * (n - b1), t1 * n / b1)
         if n < sizes[0]:
             (b0, t0), (b1, t1) = pts[0], pts[1]
             slope = max((t1 - t0) / (b1 - b0), 0.0)
