@@ -138,7 +138,8 @@ def test_resume_followed_by_noise_keeps_drafting():
             return 0.0
         return 0.9
 
-    simulate(p, target_step=0.030, draft_step=0.0015, per_token_verify=0.05, rounds=500, accept=accept)
+    # Long enough for a second probe after the text gets easy (one probe may draw a miss).
+    simulate(p, target_step=0.030, draft_step=0.0015, per_token_verify=0.05, rounds=800, accept=accept)
     assert state["resumes"] == 1, state
     assert p.pauses == state["pauses_at_resume"], "no pause after the resume"
     assert p.drafting
@@ -229,3 +230,18 @@ def test_a_steep_noisy_segment_does_not_make_long_drafts_look_dear():
     p._points = {}
     p._verify[5] = _Samples(0.0115)
     assert p.verify_cost(9) == pytest.approx(0.0115 + 4 * 0.0005)   # a gentle slope stands
+
+
+def test_a_pair_near_break_even_that_loses_pauses():
+    """Drafting that loses ~8% on average (good acceptance, a draft half as dear as the target,
+    noisy costs) pauses once enough rounds say so, although no single reading is 95% sure;
+    a pair that gains as little keeps drafting."""
+    loses = AdaptivePolicy(1, 8)
+    log = []
+    simulate(loses, target_step=0.050, draft_step=0.040, per_token_verify=0.12, rounds=200, log=log,
+             accept=0.8)
+    assert loses.pauses >= 1 and not loses.drafting
+    assert sum(1 for k, *_ in log if k > 0 and not _[-1]) < 40, "it stops within a few dozen rounds"
+    gains = AdaptivePolicy(1, 8)
+    simulate(gains, target_step=0.050, draft_step=0.012, per_token_verify=0.05, rounds=200, accept=0.8)
+    assert gains.pauses == 0 and gains.drafting

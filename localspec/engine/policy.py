@@ -46,6 +46,8 @@ _RESUME_WEIGHT = 8.0     # acceptance evidence kept when drafting resumes (fresh
 _MIN_AFTER_RESUME = 4    # drafting rounds after a resume before acceptance alone may pause it
 _MOVE_MARGIN = 0.02      # a new K must be predicted this much faster to move there
 _RESUME_MARGIN = 0.03    # a probe must predict this much gain to resume drafting
+_EXPECTED_LOSS = 0.03    # drafting pauses when it is expected to lose this much ...
+_EXPECTED_ROUNDS = 12    # ... over at least this many drafting rounds since it (re)started
 _REFRESH_BUDGET = 0.005  # plain steps that refresh the target step's cost: this share of the time
 _REFRESH_FIRST = 0.02    # ... while it has fewer than three samples
 _REFRESH_MIN = 12        # drafting rounds between plain-step measurements, at least
@@ -513,6 +515,10 @@ class AdaptivePolicy:
             # (a first round may be slow for reasons of its own).
             pause = hi < 1.0 and (self._since_resume >= _MIN_AFTER_RESUME
                                   or (cost_only < 1.0 and self._draft_rounds >= 2))
+            # A pair near break-even: once enough fresh rounds say drafting loses on average,
+            # pause even short of 95% (probes can bring it back; resuming needs a clear gain,
+            # so the two thresholds do not make it flap).
+            pause = pause or (s_best < 1.0 - _EXPECTED_LOSS and self._since_resume >= _EXPECTED_ROUNDS)
         else:
             k_best, s_best = self._best()
             self.predicted_speedup = s_best
