@@ -21,7 +21,7 @@ import llama_cpp.llama_cpp as ll
 import numpy as np
 
 from ..errors import BadInput, LocalspecError
-from .outputs import DeviceChain, LogitRows, SampledRows
+from .outputs import DeviceChain, LogitRows, Rows, SampledRows
 
 DEVICE_ROWS_MAX = 64   # output rows a backend sampler covers in one decode (a verify batch)
 
@@ -475,7 +475,7 @@ class Context:
                 ll.llama_set_sampler(self.ptr, 0, None)
                 ll.llama_sampler_free(ptr)
 
-    def decode_rows(self, tokens: list[int], n_out: int) -> LogitRows | SampledRows:
+    def decode_rows(self, tokens: list[int], n_out: int) -> Rows:
         """Decode ``tokens`` and return the last ``n_out`` output rows, as the backend
         sampler left them when one is set (full logits otherwise)."""
         if self.device_chain is not None and n_out <= self._rows_max:

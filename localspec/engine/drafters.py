@@ -19,10 +19,8 @@ from typing import Protocol
 import numpy as np
 
 from .backend import Context
-from .outputs import LogitRows, SampledRows, chain_for
+from .outputs import Rows, chain_for
 from .sampling import Dist, SamplingConfig
-
-Rows = LogitRows | SampledRows
 
 
 @dataclass

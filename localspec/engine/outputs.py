@@ -128,6 +128,7 @@ class SampledRows:
         return candidate_distribution(ids, logits, cfg)
 
     def top_probability(self, j: int, limit: int | None = None) -> float:
-        _, logits = self.candidates(j, limit)
-        x = logits.astype(np.float64)
-        return 1.0 / float(np.exp(x - x.max()).sum())
+        return top_probability(self.candidates(j, limit)[1])
+
+
+Rows = LogitRows | SampledRows   # what Context.decode_rows hands back
