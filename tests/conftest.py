@@ -115,7 +115,7 @@ def make_engine(target, draft=None, *, drafter="model", n_ctx=512, fixed_k=True,
     """An Engine and, as ``engine.test_spec``, the RunSpec the tests run it with by default."""
     kind = DrafterKind(drafter)
     engine = Engine(EngineConfig(
-        target=str(target), draft=str(draft) if draft and kind is DrafterKind.MODEL else None, n_ctx=n_ctx,
+        target=str(target), draft=str(draft) if draft and kind.uses_model else None, n_ctx=n_ctx,
         rollback_depth=draft_max + 1 if kind is not DrafterKind.NONE else 0, device_sampling=device_sampling))
     engine.test_spec = RunSpec(drafter=kind, adaptive=not fixed_k, draft_max=draft_max, draft_min=draft_min,
                                p_min=p_min or None, can_pause=can_pause)

@@ -6,7 +6,7 @@ import json
 
 from conftest import make_engine, run_cli, run_to_done
 
-from localspec.engine import PolicyNote, SamplingConfig
+from localspec.engine import PolicyNote, SamplingConfig, Step
 
 GREEDY = SamplingConfig(temperature=0.0)
 
@@ -115,6 +115,32 @@ def test_a_paused_start_does_not_make_the_draft_read_the_prompt(cost_pairs):
         # Forced to draft again (fixed K), the draft catches up from whatever it holds.
         fixed, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60, adaptive=False)
         assert fixed.token_ids == base.token_ids and fixed.summary.drafted > 0
+    memory.reset()
+
+
+def test_the_chain_keeps_lookups_and_pauses_a_losing_draft_model(cost_pairs):
+    """On the losing pair the chain's draft model pauses on its own while prompt lookups go on
+    drafting; seeded with that, the next generation leaves the dearer draft alone (it does not
+    read the prompt) and still drafts by lookup, with the target's own output."""
+    from localspec.engine import memory
+
+    memory.reset()
+    with make_engine(cost_pairs["small"], cost_pairs["big"], drafter="ngram+model", fixed_k=False, draft_max=8,
+                     p_min=None) as e:
+        toks = e.tokenize("The quick brown fox")
+        base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=120, speculative=False)
+        first, events = run_to_done(e, toks, sampling=GREEDY, max_tokens=120)
+        assert first.token_ids == base.token_ids
+        assert first.policy["chain"] and not first.policy["model"]["drafting"]
+        sources = {ev.source for ev in events if isinstance(ev, Step) and ev.drafted}
+        assert sources <= {"ngram", "model"} and "ngram" in sources
+        e.reset()
+        before = e.draft_ctx.decode_seconds
+        second, events = run_to_done(e, toks, sampling=GREEDY, max_tokens=120)
+        assert second.policy["seeded"] and second.token_ids == base.token_ids
+        assert e.draft_ctx.decode_seconds == before and e.draft_ctx.tokens == []
+        assert {ev.source for ev in events if isinstance(ev, Step) and ev.drafted} == {"ngram"}
+        assert "draft model:" in second.summary.policy
     memory.reset()
 
 

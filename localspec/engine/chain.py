@@ -4,6 +4,10 @@ Prompt lookup costs next to nothing and, where the answer repeats its context (c
 summaries, edits), proposes long runs that are accepted; elsewhere it finds nothing and the
 draft model takes over. llama.cpp combines an n-gram drafter with a draft model the same way.
 
+With an adaptive policy (:class:`~localspec.engine.chain_policy.ChainPolicy`, which the
+chain follows) each drafter has its own draft length and may be paused on its own: a paused
+draft model leaves a lookup miss to a plain target step, and does not read the prompt.
+
 The model drafter keeps its own cache exact: rounds drafted by the lookup leave it behind by
 the tokens they accepted, and it decodes those in one catch-up batch the next time it drafts
 (its usual sync, see :class:`~localspec.engine.drafters.ModelDrafter`).
@@ -11,8 +15,20 @@ the tokens they accepted, and it decodes those in one catch-up batch the next ti
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from .drafters import Draft, Gate, ModelDrafter, NgramDrafter
 from .sampling import SamplingConfig
+
+
+class Plan(Protocol):
+    """This round's draft length per drafter (a ChainPolicy), and whether the model drafts."""
+
+    k_lookup: int
+    k_model: int
+
+    @property
+    def model_drafting(self) -> bool: ...
 
 
 class ChainDrafter:
@@ -26,20 +42,32 @@ class ChainDrafter:
         self.model = model
         self.ctx = model.ctx
         self.lookups = 0       # rounds the lookup drafted (the rest fell to the model)
+        self._plan: Plan | None = None
+
+    def follow(self, plan: Plan | None) -> None:
+        """Take each round's draft lengths from ``plan`` (None: both drafters get the K the
+        generator asks for, as with a fixed draft length)."""
+        self._plan = plan
 
     def prefill(self, tokens: list[int], *, now: bool = True) -> None:
         self.lookup.prefill(tokens)
-        self.model.prefill(tokens, now=now)
+        plan = self._plan
+        self.model.prefill(tokens, now=now if plan is None else plan.model_drafting)
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate: Gate | None = None) -> Draft:
-        d = self.lookup.draft(context, k, cfg, rng, gate)
+        plan = self._plan
+        k_lookup, k_model = (k, k) if plan is None else (min(k, plan.k_lookup), min(k, plan.k_model))
+        d = self.lookup.draft(context, k_lookup, cfg, rng, gate)   # k 0: it only indexes the context
         if d.tokens:
             self.lookups += 1
+            d.source = self.lookup.name
             return d
-        m = self.model.draft(context, k, cfg, rng, gate)
+        if k_model <= 0:     # the model is paused: a plain target step
+            return Draft([], None, d.seconds, 0, source="")
+        m = self.model.draft(context, k_model, cfg, rng, gate)
         # The lookup's time is part of this round's first (sync) step.
         return Draft(m.tokens, m.dists, m.seconds + d.seconds, m.steps, m.sync_tokens,
-                     m.sync_seconds + d.seconds, m.confidence)
+                     m.sync_seconds + d.seconds, m.confidence, source=self.model.name)
 
     def close(self) -> None:
         self.lookup.close()   # the model drafter's context belongs to the engine's model drafter

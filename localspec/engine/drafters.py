@@ -32,6 +32,7 @@ class Draft:
     sync_tokens: int = 0       # tokens decoded by the first (catch-up) decode
     sync_seconds: float = 0.0
     confidence: list[float] | None = None  # the draft's top probability at each drafted position
+    source: str = ""           # which drafter of a chain drafted it ("" : the drafter itself)
 
 
 Gate = Callable[[int, float], bool]   # (position, top probability) -> keep drafting?

@@ -17,6 +17,7 @@ from ..errors import BadInput, IncompatiblePair
 from ..models.compat import check_files
 from .backend import CACHE_TYPES, Context, Model, default_threads
 from .chain import ChainDrafter
+from .chain_policy import LOOKUP, MODEL, ChainPolicy
 from .drafters import Drafter, ModelDrafter, NgramDrafter
 from .events import Event
 from .generator import Generator
@@ -153,13 +154,25 @@ class Engine:
         with self._lock:
             if self.mtp_ctx is not None:   # the head follows the target's decodes only while it drafts
                 self._generators[DrafterKind.MTP].drafter.attach(spec.drafter is DrafterKind.MTP)
-            policy = spec.policy(self.memory.get(kind) if spec.adaptive and spec.speculative else None)
+            policy = spec.policy(self._learned(spec) if spec.adaptive and spec.speculative else None)
+            if isinstance(gen.drafter, ChainDrafter):
+                gen.drafter.follow(policy if isinstance(policy, ChainPolicy) else None)
             try:
                 yield from gen.generate(prompt_tokens, spec, policy, cancel)
             finally:
                 learned = policy.learned()
                 if learned:
                     self.memory.put(kind, learned)
+
+    def _learned(self, spec: RunSpec) -> dict | None:
+        """What seeds this run's policy: the last state learned with this drafter; a chain
+        without one of its own starts from what each of its drafters learned alone."""
+        kind = spec.drafter.value
+        learned = self.memory.get(kind)
+        if learned is None and spec.drafter is DrafterKind.NGRAM_MODEL:
+            parts = {LOOKUP: self.memory.get(DrafterKind.NGRAM.value), MODEL: self.memory.get(DrafterKind.MODEL.value)}
+            learned = parts if any(parts.values()) else None
+        return learned
 
     def reset(self) -> None:
         """Forget cached prompts in both models (for fair timing between runs)."""

@@ -65,6 +65,7 @@ class Step:
     sync_tokens: int = 0         # tokens the drafter's first (catch-up) decode took
     sync_seconds: float = 0.0
     confidence: tuple[float, ...] = ()   # the draft's top probability at each drafted position
+    source: str = ""             # which drafter of a chain drafted this round ("": the only one)
 
 
 @dataclass(frozen=True, slots=True)

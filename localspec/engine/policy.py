@@ -219,6 +219,7 @@ class AdaptivePolicy:
         self._step = _Samples()                 # each further draft decode
         self._multi = False                     # the drafter decodes once per drafted token
         self._catchup: float | None = None      # per extra token in a catch-up batch
+        self._seed_noise: float | None = None   # the machine's noise as the last generation measured it
         self._succ, self._fail = _PRIOR         # Beta posterior on acceptance
         n = max(self._ladder) + 1
         self._tried = [0.0] * n                 # rounds whose draft got to position i
@@ -263,6 +264,7 @@ class AdaptivePolicy:
             "k": self._k,
             "drafting": self.drafting,
             "speedup": self.predicted_speedup,
+            "noise": self._noise(),
         }
 
     def _seed(self, d: dict) -> None:
@@ -280,6 +282,9 @@ class AdaptivePolicy:
         self._verify = {b: _Samples(v) for b, v in verify.items()}
         self._sync.prior, self._step.prior, self._catchup = sync, step, catchup
         self._multi = bool(d.get("multi"))
+        noise = d.get("noise")
+        if isinstance(noise, (int, float)) and 0.0 <= noise < 0.5:
+            self._seed_noise = float(noise)
         scale = min(1.0, _SEED_WEIGHT / max(succ + fail, 1e-9))
         self._succ, self._fail = max(succ * scale, 0.05), max(fail * scale, 0.05)
         self._k = self._on_ladder(k)
@@ -334,12 +339,16 @@ class AdaptivePolicy:
                 return t0 + (t1 - t0) * (n - b0) / (b1 - b0)
         return pts[-1][1]  # pragma: no cover
 
-    def _low(self) -> float:
-        """The low end of a cost's interval as a factor of its estimate: the relative error of
-        the best-sampled target cost (the machine's noise), about 95% one-sided."""
+    def _noise(self) -> float | None:
+        """The relative error of the best-sampled target cost (the machine's noise), once it
+        has three samples; before that, the one an earlier generation measured (None: unknown)."""
         best = max(self._verify.values(), key=lambda s: len(s.xs), default=None)
-        noise = best.rel_se if best is not None and len(best.xs) >= 3 else 0.5
-        return max(1.0 - _Z * noise, 0.5)
+        return best.rel_se if best is not None and len(best.xs) >= 3 else self._seed_noise
+
+    def _low(self) -> float:
+        """The low end of a cost's interval as a factor of its estimate, about 95% one-sided."""
+        noise = self._noise()
+        return max(1.0 - _Z * (0.5 if noise is None else noise), 0.5)
 
     def _verify_at(self, x: float, optimistic: bool = False) -> float:
         """Target decode seconds at a fractional batch size (an expectation)."""

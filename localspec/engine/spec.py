@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 
 from ..errors import BadInput
+from .chain_policy import ChainPolicy
 from .policy import AdaptivePolicy, FixedPolicy, Policy
 from .sampling import SamplingConfig
 
@@ -122,6 +123,8 @@ class RunSpec:
             return FixedPolicy(0)
         if not self.adaptive:
             return FixedPolicy(self.draft_max, self.p_min)
+        if self.drafter is DrafterKind.NGRAM_MODEL:
+            return ChainPolicy.build(self.draft_min, self.draft_max, self.p_min, self.can_pause, learned)
         return AdaptivePolicy(self.draft_min, self.draft_max, self.p_min, can_pause=self.can_pause, learned=learned)
 
     @classmethod

@@ -1,0 +1,123 @@
+"""The drafting policy of a draft chain: one adaptive policy per drafter of the chain.
+
+Prompt lookup and the draft model differ in everything the policy measures: a lookup costs
+microseconds and either finds a run the answer copies (long, mostly accepted) or nothing; a
+draft model costs a real decode per token and always proposes. One policy over both would
+average them into a drafter that exists nowhere, and pause or keep both together. So each
+has its own :class:`~localspec.engine.policy.AdaptivePolicy`: it learns from the rounds its
+drafter drafted (every round's target costs are shared), picks its own K and pauses on its
+own. Where the draft model loses and lookups pay, the chain keeps the lookups and leaves the
+model paused (and its prompt unread); where lookups find nothing, the model drafts as alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .events import Step
+from .policy import AdaptivePolicy
+
+LOOKUP, MODEL = "ngram", "model"     # the drafters' names, as Step.source carries them
+
+
+class ChainPolicy:
+    """Routes each round to the policy of the drafter that drafted it."""
+
+    adaptive = True
+    may_draft = True
+
+    def __init__(self, lookup: AdaptivePolicy, model: AdaptivePolicy):
+        self.lookup = lookup
+        self.model = model
+        self.k_lookup = 0          # this round's draft lengths, read by the ChainDrafter
+        self.k_model = 0
+        self._probes = {LOOKUP: False, MODEL: False}
+        self.probe = False
+
+    @classmethod
+    def build(cls, draft_min: int, draft_max: int, p_min: float | None, can_pause: bool,
+              learned: dict | None = None) -> ChainPolicy:
+        """``learned``: what an earlier chain learned (:meth:`learned`), or the single
+        drafters' states under the same keys."""
+        learned = learned or {}
+        return cls(AdaptivePolicy(draft_min, draft_max, None, can_pause, learned=learned.get(LOOKUP)),
+                   AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(MODEL)))
+
+    def _policies(self):
+        return ((LOOKUP, self.lookup), (MODEL, self.model))
+
+    @property
+    def drafting(self) -> bool:
+        return self.lookup.drafting or self.model.drafting
+
+    @property
+    def model_drafting(self) -> bool:
+        return self.model.drafting
+
+    @property
+    def pauses(self) -> int:
+        return self.lookup.pauses + self.model.pauses
+
+    @property
+    def probes(self) -> int:
+        return self.lookup.probes + self.model.probes
+
+    @property
+    def k_now(self) -> int:
+        return max(self.lookup.k_now, self.model.k_now)
+
+    def next_k(self) -> int:
+        self.k_lookup = self.lookup.next_k()
+        self.k_model = self.model.next_k()
+        self._probes = {LOOKUP: self.lookup.probe, MODEL: self.model.probe}
+        self.probe = self.lookup.probe or self.model.probe
+        return max(self.k_lookup, self.k_model)
+
+    def gate(self):
+        return self.model.gate()      # p_min is the draft model's stop rule
+
+    def observe(self, step: Step) -> str | None:
+        """The drafter that drafted this round learns from all of it; the other one only
+        the target's costs (and, paused, the tokens that went by towards its next probe)."""
+        notes = []
+        for name, pol in self._policies():
+            if step.source == name:
+                k = self.k_lookup if name == LOOKUP else self.k_model
+                seen = replace(step, k=min(step.k, k), probe=self._probes[name])
+            else:
+                seen = replace(step, k=0, drafted=0, accepted=0, draft_steps=0, probe=False, draft_seconds=0.0,
+                               sync_tokens=0, sync_seconds=0.0, confidence=())
+            note = pol.observe(seen)
+            if note:
+                notes.append(f"{_LABEL[name]}: {note}")
+        return "; ".join(notes) or None
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(f"{_LABEL[name]}: {pol.reason}" for name, pol in self._policies())
+
+    def describe(self) -> str:
+        return f"{self.model.describe()}, prompt lookup and draft model each"
+
+    def learned(self) -> dict | None:
+        out = {name: pol.learned() for name, pol in self._policies()}
+        return out if any(out.values()) else None
+
+    def estimates(self) -> dict:
+        lookup, model = self.lookup.estimates(), self.model.estimates()
+        return {
+            "adaptive": True,
+            "chain": True,
+            "k": self.k_now,
+            "drafting": self.drafting,
+            "reason": self.reason,
+            "seeded": lookup["seeded"] or model["seeded"],
+            "predicted_speedup": max(lookup["predicted_speedup"], model["predicted_speedup"]),
+            "pauses": self.pauses,
+            "probes": self.probes,
+            LOOKUP: lookup,
+            MODEL: model,
+        }
+
+
+_LABEL = {LOOKUP: "prompt lookup", MODEL: "draft model"}

@@ -1,0 +1,80 @@
+"""The chain's policy: prompt lookup and the draft model each adapt and pause on their own."""
+
+import random
+
+from localspec.engine.chain_policy import LOOKUP, MODEL, ChainPolicy
+from localspec.engine.events import Step
+
+
+def simulate_chain(policy: ChainPolicy, *, target_step, model_step, model_accept, lookup_hit, lookup_accept,
+                   per_token_verify=0.05, rounds=400):
+    """Rounds of a chain under a simple cost model: the lookup (when allowed) finds a match
+    with chance ``lookup_hit``; on a miss the draft model drafts when allowed, else a plain
+    step. Returns the source of each round ("" for a plain step)."""
+    rnd = random.Random(0)
+    sources = []
+    for i in range(rounds):
+        k = policy.next_k()
+        k_l, k_m = policy.k_lookup, policy.k_model
+        if k_l and rnd.random() < lookup_hit:
+            source, drafted, rate, draft_s, steps = LOOKUP, k_l, lookup_accept, 0.00005, 1
+        elif k_m:
+            source, drafted, rate, steps = MODEL, k_m, model_accept, k_m
+            draft_s = model_step * k_m
+        else:
+            source, drafted, rate, draft_s, steps = "", 0, 0.0, 0.00005 if k_l else 0.0, 0
+        a = 0
+        while a < drafted and rnd.random() < rate:
+            a += 1
+        verify_s = target_step * (1 + per_token_verify * drafted)
+        policy.observe(Step(index=i, k=k, drafted=drafted, accepted=a, emitted=a + 1, draft_seconds=draft_s,
+                            verify_seconds=verify_s, drafting=policy.drafting, draft_steps=steps,
+                            verify_batch=drafted + 1, probe=policy.probe, sync_tokens=1 if steps else 0,
+                            sync_seconds=draft_s / max(steps, 1), source=source))
+        sources.append(source)
+    return sources
+
+
+def test_a_losing_draft_model_pauses_while_lookups_go_on():
+    """Draft model as dear as the target: it pauses; the lookups, which pay, keep drafting."""
+    p = ChainPolicy.build(1, 8, None, True)
+    sources = simulate_chain(p, target_step=0.020, model_step=0.018, model_accept=0.6, lookup_hit=0.4,
+                             lookup_accept=0.9)
+    assert not p.model.drafting and p.model.pauses >= 1
+    assert p.lookup.drafting and p.lookup.pauses == 0
+    late = sources[150:]
+    assert late.count(LOOKUP) / len(late) > 0.25
+    assert late.count(MODEL) / len(late) < 0.1          # probes only
+    est = p.estimates()
+    assert est["chain"] and est[MODEL]["drafting"] is False and est[LOOKUP]["drafting"] is True
+    assert "draft model:" in p.reason and "paused" in p.reason
+
+
+def test_a_paying_draft_model_drafts_where_lookups_find_nothing():
+    p = ChainPolicy.build(1, 8, None, True)
+    sources = simulate_chain(p, target_step=0.020, model_step=0.001, model_accept=0.85, lookup_hit=0.05,
+                             lookup_accept=0.9)
+    assert p.model.drafting and p.model.pauses == 0
+    assert sources[100:].count(MODEL) / len(sources[100:]) > 0.8
+
+
+def test_lookups_that_lose_pause_while_the_model_drafts():
+    """Lookups whose matches the target rejects cost verify time: the lookup pauses, the draft
+    model (which pays) takes every round."""
+    p = ChainPolicy.build(1, 8, None, True)
+    sources = simulate_chain(p, target_step=0.020, model_step=0.001, model_accept=0.85, lookup_hit=0.5,
+                             lookup_accept=0.05, per_token_verify=0.3, rounds=600)
+    assert not p.lookup.drafting and p.model.drafting
+    late = sources[200:]
+    assert late.count(MODEL) / len(late) > 0.85
+
+
+def test_what_a_chain_learned_seeds_the_next_one():
+    first = ChainPolicy.build(1, 8, None, True)
+    simulate_chain(first, target_step=0.020, model_step=0.030, model_accept=0.6, lookup_hit=0.4, lookup_accept=0.9)
+    learned = first.learned()
+    assert set(learned) == {LOOKUP, MODEL}
+    second = ChainPolicy.build(1, 8, None, True, learned=learned)
+    assert second.lookup.seeded and second.model.seeded
+    assert not second.model.drafting and second.lookup.drafting   # the losing model starts paused
+    assert second.model_drafting is False
