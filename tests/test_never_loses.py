@@ -27,13 +27,16 @@ def generate(target, draft, n=300, **kw):
 def test_expensive_draft_ends_up_target_only(cost_pairs):
     done, events, policy = generate(cost_pairs["small"], cost_pairs["big"])
     s = done.summary
-    assert s.acceptance_rate > 0.9, "the pair agrees; only the cost makes drafting lose"
+    assert s.acceptance_rate > 0.8, "the pair agrees; only the cost makes drafting lose"
     assert s.tokens_drafting_off >= 0.8 * s.n_generated, s
     assert s.pauses >= 1
+    # The draft's weights are far larger than the target's: the first generation starts paused
+    # and says why; its probes measure what a draft step costs.
     notes = [ev for ev in events if isinstance(ev, PolicyNote)]
     assert notes and not notes[0].drafting
-    assert "drafting paused" in notes[0].reason and "of a target step" in notes[0].reason
-    assert policy["draft_cost_ratio"] > 5
+    assert "drafting paused" in notes[0].reason and "cannot pay" in notes[0].reason
+    assert policy["draft_cost_ratio"] > 5 and "of a target step" in policy["reason"]
+    assert s.probes >= 1
 
 
 def test_cheap_accurate_draft_keeps_drafting(cost_pairs):

@@ -245,3 +245,19 @@ def test_a_pair_near_break_even_that_loses_pauses():
     gains = AdaptivePolicy(1, 8)
     simulate(gains, target_step=0.050, draft_step=0.012, per_token_verify=0.05, rounds=200, accept=0.8)
     assert gains.pauses == 0 and gains.drafting
+
+
+def test_a_draft_no_smaller_than_the_target_starts_paused():
+    """Nothing measured yet, but the draft's weights are twice the target's (same device): it
+    cannot decode faster, so the first generation starts paused and only probes; a small
+    draft starts drafting as usual."""
+    p = AdaptivePolicy(1, 8, size_ratio=2.0)
+    assert not p.drafting and "cannot pay" in p.reason
+    log = []
+    simulate(p, target_step=0.010, draft_step=0.020, accept=1.0, per_token_verify=0.1, rounds=120, log=log)
+    assert not p.drafting
+    drafted = [k for k, _, _, probe in log if k > 0]
+    assert drafted and all(probe for k, _, _, probe in log if k > 0)     # probes only
+    assert len(drafted) <= 6
+    assert AdaptivePolicy(1, 8, size_ratio=0.1).drafting
+    assert AdaptivePolicy(1, 8, size_ratio=2.0, can_pause=False).drafting

@@ -36,12 +36,14 @@ class ChainPolicy:
 
     @classmethod
     def build(cls, draft_min: int, draft_max: int, p_min: float | None, can_pause: bool,
-              learned: dict | None = None) -> ChainPolicy:
+              learned: dict | None = None, size_ratio: float | None = None) -> ChainPolicy:
         """``learned``: what an earlier chain learned (:meth:`learned`), or the single
-        drafters' states under the same keys."""
+        drafters' states under the same keys; ``size_ratio``: the draft model's weights over
+        the target's (see :class:`AdaptivePolicy`)."""
         learned = learned or {}
         return cls(AdaptivePolicy(draft_min, draft_max, None, can_pause, learned=learned.get(LOOKUP)),
-                   AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(MODEL)))
+                   AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(MODEL),
+                                  size_ratio=size_ratio))
 
     def _policies(self):
         return ((LOOKUP, self.lookup), (MODEL, self.model))

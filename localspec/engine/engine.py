@@ -154,7 +154,8 @@ class Engine:
         with self._lock:
             if self.mtp_ctx is not None:   # the head follows the target's decodes only while it drafts
                 self._generators[DrafterKind.MTP].drafter.attach(spec.drafter is DrafterKind.MTP)
-            policy = spec.policy(self._learned(spec) if spec.adaptive and spec.speculative else None)
+            policy = spec.policy(self._learned(spec) if spec.adaptive and spec.speculative else None,
+                                 self._size_ratio())
             if isinstance(gen.drafter, ChainDrafter):
                 gen.drafter.follow(policy if isinstance(policy, ChainPolicy) else None)
             try:
@@ -173,6 +174,16 @@ class Engine:
             parts = {LOOKUP: self.memory.get(DrafterKind.NGRAM.value), MODEL: self.memory.get(DrafterKind.MODEL.value)}
             learned = parts if any(parts.values()) else None
         return learned
+
+    def _size_ratio(self) -> float | None:
+        """The draft model's weights over the target's when both run on the same device (all
+        layers on the GPU, or none): what a decode reads, so a floor on the draft's relative
+        cost before anything is measured. None otherwise."""
+        if self.draft_model is None:
+            return None
+        t, d = self.target_model.info, self.draft_model.info
+        same = (t.gpu_layers == 0 and d.gpu_layers == 0) or (t.gpu_layers == t.n_layer and d.gpu_layers == d.n_layer)
+        return d.size_bytes / t.size_bytes if same and t.size_bytes > 0 else None
 
     def reset(self) -> None:
         """Forget cached prompts in both models (for fair timing between runs)."""

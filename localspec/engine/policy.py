@@ -196,7 +196,8 @@ class AdaptivePolicy:
     adaptive = True
 
     def __init__(self, draft_min: int = 1, draft_max: int = 8, p_min: float | None = None,
-                 can_pause: bool = True, probe_budget: float = 0.02, learned: dict | None = None):
+                 can_pause: bool = True, probe_budget: float = 0.02, learned: dict | None = None,
+                 size_ratio: float | None = None):
         if draft_min < 1 or draft_max < 1:
             raise BadInput("draft lengths must be >= 1")
         if draft_min > draft_max:
@@ -243,6 +244,15 @@ class AdaptivePolicy:
         self.seeded = False
         if learned:
             self._seed(learned)
+        elif size_ratio is not None and size_ratio >= 1.0 and can_pause:
+            # Nothing measured yet, but a draft whose weights are no smaller than the target's
+            # (on the same device) cannot decode faster than it: drafting cannot pay. Start
+            # paused; probes measure the real costs now and then.
+            self.drafting = False
+            self.pauses = 1
+            self._reason = (f"the draft's weights are {size_ratio:.1f}x the target's: drafting cannot pay; "
+                            f"drafting paused (next probe after {self._probe_every} tokens)")
+            self._note = self._reason
 
     def _on_ladder(self, k: int) -> int:
         return min(self._ladder, key=lambda x: (abs(x - k), x))
