@@ -7,30 +7,36 @@ from localspec.engine.events import Step
 
 
 def simulate_chain(policy: ChainPolicy, *, target_step, model_step, model_accept, lookup_hit, lookup_accept,
-                   per_token_verify=0.05, rounds=400):
+                   per_token_verify=0.05, rounds=400, catchup_per_token=0.0):
     """Rounds of a chain under a simple cost model: the lookup (when allowed) finds a match
     with chance ``lookup_hit``; on a miss the draft model drafts when allowed, else a plain
-    step. Returns the source of each round ("" for a plain step)."""
+    step. The model's first decode catches up on the tokens emitted since its last round
+    (``catchup_per_token`` each). Returns the source of each round ("" for a plain step)."""
     rnd = random.Random(0)
     sources = []
+    behind = 0
     for i in range(rounds):
         k = policy.next_k()
         k_l, k_m = policy.k_lookup, policy.k_model
+        sync_tokens = 0
         if k_l and rnd.random() < lookup_hit:
-            source, drafted, rate, draft_s, steps = LOOKUP, k_l, lookup_accept, 0.00005, 1
+            source, drafted, rate, draft_s, steps, sync_s = LOOKUP, k_l, lookup_accept, 0.00005, 1, 0.00005
         elif k_m:
             source, drafted, rate, steps = MODEL, k_m, model_accept, k_m
-            draft_s = model_step * k_m
+            sync_tokens = behind + 1
+            sync_s = model_step + catchup_per_token * behind
+            draft_s = sync_s + model_step * (k_m - 1)
         else:
-            source, drafted, rate, draft_s, steps = "", 0, 0.0, 0.00005 if k_l else 0.0, 0
+            source, drafted, rate, draft_s, steps, sync_s = "", 0, 0.0, 0.00005 if k_l else 0.0, 0, 0.0
         a = 0
         while a < drafted and rnd.random() < rate:
             a += 1
         verify_s = target_step * (1 + per_token_verify * drafted)
         policy.observe(Step(index=i, k=k, drafted=drafted, accepted=a, emitted=a + 1, draft_seconds=draft_s,
                             verify_seconds=verify_s, drafting=policy.drafting, draft_steps=steps,
-                            verify_batch=drafted + 1, probe=policy.probe, sync_tokens=1 if steps else 0,
-                            sync_seconds=draft_s / max(steps, 1), source=source))
+                            verify_batch=drafted + 1, probe=policy.probe, sync_tokens=sync_tokens,
+                            sync_seconds=sync_s, source=source))
+        behind = 0 if source == MODEL else behind + a + 1
         sources.append(source)
     return sources
 
@@ -73,8 +79,26 @@ def test_what_a_chain_learned_seeds_the_next_one():
     first = ChainPolicy.build(1, 8, None, True)
     simulate_chain(first, target_step=0.020, model_step=0.030, model_accept=0.6, lookup_hit=0.4, lookup_accept=0.9)
     learned = first.learned()
-    assert set(learned) == {LOOKUP, MODEL}
+    assert {LOOKUP, MODEL} <= set(learned)
     second = ChainPolicy.build(1, 8, None, True, learned=learned)
     assert second.lookup.seeded and second.model.seeded
     assert not second.model.drafting and second.lookup.drafting   # the losing model starts paused
     assert second.model_drafting is False
+
+
+def test_a_model_round_pays_for_catching_up_on_the_lookups_tokens():
+    """A draft model that pays alone, but whose every round must first decode what the
+    lookups' rounds emitted at a dear batch cost: the chain counts that catch-up as part of
+    a model round, and the model pauses while the lookups go on; without the catch-up cost
+    the same model keeps drafting."""
+    common = dict(target_step=0.020, model_step=0.004, model_accept=0.7, lookup_hit=0.6, lookup_accept=0.95,
+                  rounds=500)
+    cheap = ChainPolicy.build(1, 8, None, True)
+    simulate_chain(cheap, catchup_per_token=0.0, **common)
+    assert cheap.model.drafting and cheap.model.round_extra == 0.0
+    dear = ChainPolicy.build(1, 8, None, True)
+    sources = simulate_chain(dear, catchup_per_token=0.015, **common)
+    assert not dear.model.drafting and dear.model.round_extra > 0.03
+    assert dear.lookup.drafting and sources[200:].count(LOOKUP) > 0.4 * len(sources[200:])
+    seeded = ChainPolicy.build(1, 8, None, True, learned=dear.learned())
+    assert seeded.model.round_extra == dear.model.round_extra

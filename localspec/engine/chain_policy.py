@@ -8,6 +8,10 @@ has its own :class:`~localspec.engine.policy.AdaptivePolicy`: it learns from the
 drafter drafted (every round's target costs are shared), picks its own K and pauses on its
 own. Where the draft model loses and lookups pay, the chain keeps the lookups and leaves the
 model paused (and its prompt unread); where lookups find nothing, the model drafts as alone.
+
+A model round in a chain also costs what a lone draft model never pays: decoding the tokens
+the lookups' rounds emitted since its last round, before it can draft. The chain measures
+that per model round and adds it to the model policy's round cost.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .events import Step
-from .policy import AdaptivePolicy
+from .policy import SHORT_SYNC, AdaptivePolicy
 
 LOOKUP, MODEL = "ngram", "model"     # the drafters' names, as Step.source carries them
+_CATCHUP = "model_catchup"           # learned: a model round's mean catch-up seconds
 
 
 class ChainPolicy:
@@ -33,6 +38,7 @@ class ChainPolicy:
         self.k_model = 0
         self._probes = {LOOKUP: False, MODEL: False}
         self.probe = False
+        self._catchup: float | None = None   # recent mean catch-up seconds of a model round
 
     @classmethod
     def build(cls, draft_min: int, draft_max: int, p_min: float | None, can_pause: bool,
@@ -41,9 +47,13 @@ class ChainPolicy:
         drafters' states under the same keys; ``size_ratio``: the draft model's weights over
         the target's (see :class:`AdaptivePolicy`)."""
         learned = learned or {}
-        return cls(AdaptivePolicy(draft_min, draft_max, None, can_pause, learned=learned.get(LOOKUP)),
-                   AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(MODEL),
-                                  size_ratio=size_ratio))
+        chain = cls(AdaptivePolicy(draft_min, draft_max, None, can_pause, learned=learned.get(LOOKUP)),
+                    AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(MODEL),
+                                   size_ratio=size_ratio))
+        catchup = learned.get(_CATCHUP)
+        if isinstance(catchup, (int, float)) and catchup >= 0:
+            chain._catchup = chain.model.round_extra = float(catchup)
+        return chain
 
     def _policies(self):
         return ((LOOKUP, self.lookup), (MODEL, self.model))
@@ -81,6 +91,8 @@ class ChainPolicy:
     def observe(self, step: Step) -> str | None:
         """The drafter that drafted this round learns from all of it; the other one only
         the target's costs (and, paused, the tokens that went by towards its next probe)."""
+        if step.source == MODEL and step.draft_steps:
+            self._learn_catchup(step)
         notes = []
         for name, pol in self._policies():
             if step.source == name:
@@ -94,6 +106,17 @@ class ChainPolicy:
                 notes.append(f"{_LABEL[name]}: {note}")
         return "; ".join(notes) or None
 
+    def _learn_catchup(self, step: Step) -> None:
+        """The model round's first decode beyond what one decode costs (its catch-up on the
+        lookups' tokens), averaged over recent model rounds."""
+        one = self.model.one_decode_seconds()
+        if one is None:
+            return
+        # Short syncs are part of the policy's own first-decode cost; longer ones are not.
+        extra = max(step.sync_seconds - one, 0.0) if step.sync_tokens > SHORT_SYNC else 0.0
+        self._catchup = extra if self._catchup is None else self._catchup + 0.2 * (extra - self._catchup)
+        self.model.round_extra = self._catchup
+
     @property
     def reason(self) -> str:
         return "; ".join(f"{_LABEL[name]}: {pol.reason}" for name, pol in self._policies())
@@ -103,7 +126,10 @@ class ChainPolicy:
 
     def learned(self) -> dict | None:
         out = {name: pol.learned() for name, pol in self._policies()}
-        return out if any(out.values()) else None
+        if not any(out.values()):
+            return None
+        out[_CATCHUP] = self._catchup
+        return out
 
     def estimates(self) -> dict:
         lookup, model = self.lookup.estimates(), self.model.estimates()

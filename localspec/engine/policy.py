@@ -60,6 +60,7 @@ _PROBE_BACKOFF_MAX = 128  # failed probes double the gap up to this (or the toke
 _PROBE_MAX = 4096
 _CATCHUP_WINDOW = 32     # tokens a drafter is assumed to re-read for a probe after a long pause
 _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
+SHORT_SYNC = 4          # a draft's first decode of at most this many tokens costs about one decode
 
 
 class Policy(Protocol):
@@ -221,6 +222,9 @@ class AdaptivePolicy:
         self._multi = False                     # the drafter decodes once per drafted token
         self._catchup: float | None = None      # per extra token in a catch-up batch
         self._seed_noise: float | None = None   # the machine's noise as the last generation measured it
+        # Seconds every drafting round costs beyond its draft and verify decodes (a chain's
+        # draft model catching up on what the lookups drafted; set by ChainPolicy).
+        self.round_extra = 0.0
         self._succ, self._fail = _PRIOR         # Beta posterior on acceptance
         n = max(self._ladder) + 1
         self._tried = [0.0] * n                 # rounds whose draft got to position i
@@ -405,7 +409,8 @@ class AdaptivePolicy:
             drafted += p_made
             tokens += p_ok
             if i in self._ladder_set:
-                out[i] = (tokens, sync + step * max(drafted - 1.0, 0.0) + self._verify_at(1.0 + drafted, optimistic))
+                out[i] = (tokens, self.round_extra + sync + step * max(drafted - 1.0, 0.0)
+                          + self._verify_at(1.0 + drafted, optimistic))
         return out
 
     def predict(self, k: int, alpha: float | None = None, optimistic: bool = False) -> tuple[float, float] | None:
@@ -590,11 +595,15 @@ class AdaptivePolicy:
         if r.draft_steps > 1:
             self._multi = True
             self._step.add((r.draft_seconds - r.sync_seconds) / (r.draft_steps - 1))
-        if r.sync_tokens <= 4:   # a short catch-up costs about one decode
+        if r.sync_tokens <= SHORT_SYNC:   # a short catch-up costs about one decode
             self._sync.add(r.sync_seconds if r.sync_seconds > 0 else r.draft_seconds / r.draft_steps)
         elif self._sync.value is not None:
             per = max(r.sync_seconds - self._sync.value, 0.0) / (r.sync_tokens - 1)
             self._catchup = _ema(self._catchup, per)
+
+    def one_decode_seconds(self) -> float | None:
+        """What the drafter's first decode of a round costs when it has little to catch up."""
+        return self._sync.value
 
     def _scale_positions(self, f: float) -> None:
         for arr in (self._tried, self._made, self._judged, self._accepted):
