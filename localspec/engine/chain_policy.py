@@ -95,13 +95,11 @@ class ChainPolicy:
             self._learn_catchup(step)
         notes = []
         for name, pol in self._policies():
-            if step.source == name:
-                k = self.k_lookup if name == LOOKUP else self.k_model
-                seen = replace(step, k=min(step.k, k), probe=self._probes[name])
+            if step.source != name:
+                note = pol.observe_other(step)
             else:
-                seen = replace(step, k=0, drafted=0, accepted=0, draft_steps=0, probe=False, draft_seconds=0.0,
-                               sync_tokens=0, sync_seconds=0.0, confidence=())
-            note = pol.observe(seen)
+                k = self.k_lookup if name == LOOKUP else self.k_model
+                note = pol.observe(replace(step, k=min(step.k, k), probe=self._probes[name]))
             if note:
                 notes.append(f"{_LABEL[name]}: {note}")
         return "; ".join(notes) or None
