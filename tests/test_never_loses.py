@@ -4,6 +4,8 @@ whose costs differ by two orders of magnitude; no test asserts a speed."""
 
 import json
 
+import pytest
+
 from conftest import make_engine, run_cli, run_to_done
 
 from localspec.engine import PolicyNote, SamplingConfig, Step
@@ -249,3 +251,47 @@ def test_drafting_that_starts_paused_catches_up_when_it_resumes(tiny_target, tin
     assert done.token_ids == base.token_ids
     assert done.summary.drafted > 0 and done.summary.accepted > 0
     assert done.summary.tokens_drafting_off >= 9
+
+
+def test_the_draft_reads_the_prompt_alongside_the_target(tiny_target, tiny_draft):
+    """With cores to spare the draft decodes the prompt on a thread of its own while the target
+    reads it: the output is the target's, the read is not counted as the loop's decode time,
+    and the draft's cache ends up exact (later turns reuse it)."""
+    from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
+
+    with Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=1024, threads=1,
+                             remember=False, read_alongside=True)) as e:
+        toks = e.tokenize("The quick brown fox jumps over the lazy dog. " * 20)
+        base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=80, speculative=False)
+        drafter = e.drafter(DrafterKind.MODEL)
+        for kind in (DrafterKind.MODEL, DrafterKind.NGRAM_MODEL):
+            e.reset()
+            before = (drafter.alongside_seconds, e.draft_ctx.decode_seconds)
+            done = list(e.run(toks, RunSpec(drafter=kind, sampling=GREEDY, max_tokens=80, adaptive=False,
+                                            draft_max=4)))[-1]
+            assert done.token_ids == base.token_ids, kind
+            assert drafter.alongside_seconds > before[0] and drafter.ready
+            # the loop's decode time holds the draft's own draft steps, not its prompt read
+            assert e.draft_ctx.decode_seconds - before[1] < done.summary.generation_seconds
+            assert e.draft_ctx.tokens[:len(toks) - 1] == toks[:-1]
+
+
+def test_a_failed_read_alongside_is_a_clear_error_and_the_engine_goes_on(tiny_target, tiny_draft, monkeypatch):
+    from localspec.engine import Engine, EngineConfig, RunSpec
+    from localspec.errors import LocalspecError
+
+    with Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=512, threads=1,
+                             remember=False, read_alongside=True)) as e:
+        toks = e.tokenize("The quick brown fox")
+        real = e.draft_ctx.decode
+
+        def broken(tokens, *, logits="last"):
+            raise LocalspecError("llama_decode failed (simulated)")
+
+        monkeypatch.setattr(e.draft_ctx, "decode", broken)
+        with pytest.raises(LocalspecError, match="simulated"):
+            list(e.run(toks, RunSpec(sampling=GREEDY, max_tokens=20, adaptive=False, draft_max=4)))
+        monkeypatch.setattr(e.draft_ctx, "decode", real)
+        base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=20, speculative=False)
+        done = list(e.run(toks, RunSpec(sampling=GREEDY, max_tokens=20, adaptive=False, draft_max=4)))[-1]
+        assert done.token_ids == base.token_ids

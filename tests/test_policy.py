@@ -261,3 +261,19 @@ def test_a_draft_no_smaller_than_the_target_starts_paused():
     assert len(drafted) <= 6
     assert AdaptivePolicy(1, 8, size_ratio=0.1).drafting
     assert AdaptivePolicy(1, 8, size_ratio=2.0, can_pause=False).drafting
+
+
+def test_rounds_of_another_drafter_only_add_the_targets_cost():
+    """In a chain, a round the other drafter drafted tells this one the target's costs and moves
+    a paused one towards its next probe, but decides nothing about it."""
+    p = AdaptivePolicy(1, 8)
+    simulate(p, target_step=0.010, draft_step=0.5, accept=1.0, per_token_verify=0.1, rounds=40)
+    assert not p.drafting
+    gap, before = p._probe_every, p._since_probe
+    other = Step(index=0, k=0, drafted=0, accepted=0, emitted=1, draft_seconds=0.0, verify_seconds=0.010,
+                 drafting=False, verify_batch=1)
+    rounds = p._verify[1].n
+    for _ in range(gap):
+        assert p.observe_other(other) is None
+    assert p._verify[1].n == rounds + gap and p._since_probe == before + gap
+    assert not p.drafting and p.next_k() > 0 and p.probe      # due for a probe, still paused

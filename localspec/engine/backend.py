@@ -335,6 +335,7 @@ class Context:
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
         self._n_vocab = model.n_vocab
         self.decode_seconds = 0.0  # time spent inside llama_decode, for overhead accounting
+        self.count_decode_time = True   # False: decodes that run beside the loop (not its time)
         self.rs_depth = int(ll.llama_n_rs_seq(ptr)) if stateful else 0
         self.rollback = (Rollback.KV if not stateful
                          else Rollback.RS if self.rs_depth > 0 else Rollback.CHECKPOINT)
@@ -528,7 +529,8 @@ class Context:
             # llama_decode may return before an asynchronous (GPU) backend has finished:
             # wait, so that the time is the decode's and the next timed region starts clean.
             ll.llama_synchronize(self.ptr)
-            self.decode_seconds += time.perf_counter() - t0
+            if self.count_decode_time:
+                self.decode_seconds += time.perf_counter() - t0
             self._last_call = m
             self._rs_used = False
             if rc != 0:

@@ -54,9 +54,23 @@ class ChainDrafter:
         plan = self._plan
         self.model.prefill(tokens, now=now if plan is None else plan.model_drafting)
 
+    def read_alongside(self, tokens: list[int]) -> bool:
+        plan = self._plan
+        if plan is not None and not plan.model_drafting:
+            return False            # a paused model reads nothing: prefill does the lookup's index
+        self.lookup.prefill(tokens)
+        return self.model.read_alongside(tokens)
+
+    ready = True     # lookups draft while the model reads its prompt alongside
+
+    def settle(self) -> None:
+        self.model.settle()
+
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate: Gate | None = None) -> Draft:
         plan = self._plan
         k_lookup, k_model = (k, k) if plan is None else (min(k, plan.k_lookup), min(k, plan.k_model))
+        if not self.model.ready:
+            k_model = 0      # still reading the prompt alongside: a lookup miss is a plain step
         d = self.lookup.draft(context, k_lookup, cfg, rng, gate)   # k 0: it only indexes the context
         if d.tokens:
             self.lookups += 1

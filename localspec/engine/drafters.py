@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -51,11 +52,34 @@ class Drafter(Protocol):
         paused, so a drafter whose reading of the prompt costs real time may leave it to the
         first draft (which then catches up as after any pause)."""
 
+    def read_alongside(self, tokens: list[int]) -> bool:
+        """Start reading a prompt (as :meth:`prefill` would) on a thread of its own, beside the
+        target's reading of it; False when this drafter does not (then ``prefill`` follows)."""
+
+    @property
+    def ready(self) -> bool:
+        """False while a prompt read started by :meth:`read_alongside` is still running."""
+
+    def settle(self) -> None:
+        """Wait for a read started alongside (and raise what it raised)."""
+
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng: np.random.Generator,
               gate: Gate | None = None) -> Draft:
         """Up to ``k`` tokens that may follow ``context``."""
 
     def close(self) -> None: ...
+
+
+class ReadsInline:
+    """For drafters whose prompt read is cheap or needs the target: it never runs alongside."""
+
+    ready = True
+
+    def read_alongside(self, tokens: list[int]) -> bool:
+        return False
+
+    def settle(self) -> None:
+        pass
 
 
 def pick(rows: Rows, cfg: SamplingConfig, rng, gate: Gate | None,
@@ -93,7 +117,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-class NoDrafter:
+class NoDrafter(ReadsInline):
     name = "none"
     deterministic = True
     ctx = None
@@ -144,6 +168,9 @@ class ModelDrafter:
         self._n_in = n_draft                                     # ids the draft can read
         self._may_lack = (n_vocab_target or n_draft) > n_draft   # the target has ids it lacks
         self._stand_in = max(0, ctx.model.eos) if ctx.model.eos < n_draft else 0
+        self._reader: threading.Thread | None = None    # a prompt read running alongside
+        self._read_error: BaseException | None = None
+        self.alongside_seconds = 0.0   # decode time of reads that ran beside the target
 
     # -- re-sync rule (issue 14): catch up fully when the measured cost says it is cheap ---
     def _cheap_catchup(self, missing: int) -> bool:
@@ -197,6 +224,17 @@ class ModelDrafter:
         (drafting starts paused: a draft dearer than the target must not cost a prompt's
         decode for nothing): only forget what is known, so the first draft compares its cache
         with the context and catches up, or restarts from a window, like after a pause."""
+        self._start_read(tokens, now=now, alongside=False)
+
+    def read_alongside(self, tokens: list[int]) -> bool:
+        """:meth:`prefill` with the decode on a thread of its own: the two models' contexts
+        are independent, and llama.cpp releases the GIL while it decodes, so on spare cores
+        the draft reads the prompt while the target reads it (and takes its first steps)."""
+        self._start_read(tokens, now=True, alongside=True)
+        return True
+
+    def _start_read(self, tokens: list[int], *, now: bool, alongside: bool) -> None:
+        self.settle()
         ctx = self.ctx
         if self.offset:
             self.offset = 0
@@ -206,16 +244,54 @@ class ModelDrafter:
             return
         head = self._map(tokens[:-1])
         n = ctx.truncate(_common_prefix(ctx.tokens, head))
-        if len(head) > n:
-            t0 = time.perf_counter()
-            ctx.decode(head[n:], logits="none")
-            self._measured(len(head) - n, time.perf_counter() - t0, 0, 0.0)
-        ctx.mark(pin=True)  # a recurrent draft comes back here for a re-rendered prompt
         self._known = len(head)
+        todo = head[n:]
+        if alongside and todo:
+            self._reader = threading.Thread(target=self._read, args=(todo, True), name="localspec-draft-read",
+                                            daemon=True)
+            self._reader.start()
+        else:
+            self._read(todo, False)
+
+    def _read(self, todo: list[int], alongside: bool) -> None:
+        ctx = self.ctx
+        ctx.count_decode_time = not alongside   # beside the loop: not the loop's decode time
+        try:
+            if todo:
+                t0 = time.perf_counter()
+                ctx.decode(todo, logits="none")
+                seconds = time.perf_counter() - t0
+                self._measured(len(todo), seconds, 0, 0.0)
+                if alongside:
+                    self.alongside_seconds += seconds
+            ctx.mark(pin=True)  # a recurrent draft comes back here for a re-rendered prompt
+        except BaseException as exc:
+            if not alongside:
+                raise
+            self._read_error = exc
+        finally:
+            ctx.count_decode_time = True
+
+    @property
+    def ready(self) -> bool:
+        reader = self._reader
+        return reader is None or not reader.is_alive()
+
+    def settle(self) -> None:
+        reader = self._reader
+        if reader is None:
+            return
+        reader.join()
+        self._reader = None
+        error, self._read_error = self._read_error, None
+        if error is not None:
+            self._known = 0      # the cache holds what it holds: the next draft compares it
+            raise error
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
         """Up to ``k`` tokens after ``context``. ``gate(position, top_probability)`` is asked
         before each token is added; drafting stops when it says no."""
+        self.settle()
         t0 = time.perf_counter()
         room = self.ctx.n_ctx - (len(context) - self.offset)
         k = min(k, room)
@@ -251,10 +327,14 @@ class ModelDrafter:
         return Draft(tokens, None if cfg.greedy else dists, seconds, steps, synced, t_sync, confidence)
 
     def close(self) -> None:
+        try:
+            self.settle()
+        except Exception:  # noqa: BLE001 - closing: what the read raised no longer matters
+            pass
         self.ctx.close()
 
 
-class NgramDrafter:
+class NgramDrafter(ReadsInline):
     """Prompt-lookup drafting: reuse what followed the last n-gram's latest earlier occurrence."""
 
     name = "ngram"

@@ -57,6 +57,9 @@ class EngineConfig:
     # Sample inside llama.cpp's graph (backend sampling); None: when the output layer is on a
     # GPU (see backend.Context).
     device_sampling: bool | None = None
+    # The draft model reads each prompt on a thread of its own while the target reads it;
+    # None: when both models run on the CPU and their threads together fit the cores.
+    read_alongside: bool | None = None
 
     def validate(self) -> None:
         if self.n_ctx < 16:
@@ -99,8 +102,11 @@ class Engine:
             self.draft_ctx = Context(self.draft_model, n_ctx=config.n_ctx, threads=threads,
                                      n_batch=config.n_batch, cache_type=config.cache_type,
                                      device_sampling=config.device_sampling)
+            self._read_alongside = (config.read_alongside if config.read_alongside is not None
+                                    else self._spare_cores(threads))
             self._generators[DrafterKind.MODEL] = Generator(
-                self.target_ctx, ModelDrafter(self.draft_ctx, n_vocab_target=self.target_model.n_vocab))
+                self.target_ctx, ModelDrafter(self.draft_ctx, n_vocab_target=self.target_model.n_vocab),
+                read_alongside=self._read_alongside)
         self.mtp_model = None
         self.mtp_ctx = None
         if config.mtp:
@@ -138,10 +144,12 @@ class Engine:
             if kind is DrafterKind.MTP:
                 raise BadInput("no MTP head is loaded: give --draft mtp (a target with MTP layers)")
             if kind is DrafterKind.NGRAM_MODEL:   # shares the model drafter (and its cache)
-                drafter = ChainDrafter(NgramDrafter(), self._generators[DrafterKind.MODEL].drafter)
+                model = self._generators[DrafterKind.MODEL]
+                gen = Generator(self.target_ctx, ChainDrafter(NgramDrafter(), model.drafter),
+                                read_alongside=model.read_alongside)
             else:
-                drafter = NgramDrafter()
-            gen = self._generators[kind] = Generator(self.target_ctx, drafter)
+                gen = Generator(self.target_ctx, NgramDrafter())
+            self._generators[kind] = gen
         return gen
 
     def run(self, prompt_tokens: list[int], spec: RunSpec,
@@ -174,6 +182,12 @@ class Engine:
             parts = {LOOKUP: self.memory.get(DrafterKind.NGRAM.value), MODEL: self.memory.get(DrafterKind.MODEL.value)}
             learned = parts if any(parts.values()) else None
         return learned
+
+    def _spare_cores(self, threads: int) -> bool:
+        """Whether a draft's prompt read can run beside the target's without taking its cores:
+        both models on the CPU, and both contexts' threads fit on the physical cores."""
+        both_cpu = self.target_model.info.gpu_layers == 0 and self.draft_model.info.gpu_layers == 0
+        return both_cpu and 2 * threads <= default_threads()
 
     def _size_ratio(self) -> float | None:
         """The draft model's weights over the target's when both run on the same device (all

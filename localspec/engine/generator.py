@@ -30,9 +30,14 @@ from .text import TextStream
 class Generator:
     """Generates from a target context with a drafter and a drafting policy."""
 
-    def __init__(self, target: Context, drafter: Drafter | None = None, *, first_from_prompt: bool = True):
+    def __init__(self, target: Context, drafter: Drafter | None = None, *, first_from_prompt: bool = True,
+                 read_alongside: bool = False):
         self.target = target
         self.drafter: Drafter = drafter or NoDrafter()
+        # True: the drafter reads the prompt on a thread of its own while the target reads it
+        # (the Engine allows it when the two models' threads fit on the cores), and the
+        # target steps alone until the draft is ready.
+        self.read_alongside = read_alongside
         # True: the first token comes from the prompt's own logits, before the drafter reads
         # the prompt (the first token as soon as the target alone would give it). False:
         # llama.cpp's speculative-simple order, where the first round drafts the first token
@@ -43,6 +48,13 @@ class Generator:
                  cancel: threading.Event | None = None) -> Iterator[Event]:
         """Yield events for one generation; the last one is :class:`Done`. ``spec`` is
         validated by the caller (:meth:`Engine.run`)."""
+        try:
+            yield from self._generate(prompt, spec, policy, cancel)
+        finally:
+            self.drafter.settle()   # no read alongside outlives its generation
+
+    def _generate(self, prompt: list[int], spec: RunSpec, policy: Policy,
+                  cancel: threading.Event | None) -> Iterator[Event]:
         sampling = spec.sampling
         max_tokens = spec.max_tokens
         stop = spec.stop
@@ -67,6 +79,8 @@ class Generator:
         t_start = time.perf_counter()
         tgt.sample_on_device(chain_for(sampling, confidence=False))
         rollback_before = _rollback_snapshot(tgt, drafter)
+        read_started = (self.read_alongside and policy.may_draft and policy.drafting
+                        and drafter.read_alongside(prompt))
         n_cached = tgt.truncate(min(_common_prefix(tgt.tokens, prompt), len(prompt) - 1))
         head = prompt if self.first_from_prompt else prompt[:-1]
         first_rows = tgt.decode_rows(head[n_cached:], 1) if len(head) > n_cached else None
@@ -91,7 +105,7 @@ class Generator:
             stats.step(step)
             yield step   # a round of its own, not one the policy chose: it does not observe it
             step_index = 1
-        if out.reason is None and policy.may_draft:
+        if out.reason is None and policy.may_draft and not read_started:
             drafter.prefill(tokens, now=policy.drafting)
 
         while out.reason is None:
@@ -107,6 +121,8 @@ class Generator:
                 break
             want = policy.next_k()
             probe = policy.probe
+            if want and not drafter.ready:
+                want, probe = 0, False   # the draft still reads the prompt alongside: step alone
             k = max(0, min(want, room, remaining - 1))
 
             # -- draft --------------------------------------------------------------
@@ -182,6 +198,7 @@ class Generator:
         if tail:
             # Text held back for a stop string that never completed: release it now.
             yield TextChunk(tail)
+        drafter.settle()
         t_end = time.perf_counter()
         decode = tgt.decode_seconds + _draft_decode_seconds(drafter) - decode_before
         stats.rollback(tgt.rollback.value, drafter.ctx.rollback.value if drafter.ctx is not None else None,

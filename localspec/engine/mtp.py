@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import BadInput, LocalspecError
 from .backend import Context, Model, Rollback, RollbackStats, last_log_error
-from .drafters import Draft, _common_prefix, pick
+from .drafters import Draft, ReadsInline, _common_prefix, pick
 from .outputs import LogitRows
 from .sampling import Dist, SamplingConfig
 
@@ -158,8 +158,9 @@ class MtpContext:
             pass
 
 
-class MtpDrafter:
-    """Drafts with the target's MTP head (see the module docstring)."""
+class MtpDrafter(ReadsInline):
+    """Drafts with the target's MTP head (see the module docstring); it reads what the
+    target decodes, so never alongside it."""
 
     name = "mtp"
     deterministic = False
