@@ -170,6 +170,12 @@ def sampling_vs_greedy(path: Path, n: int, runs: int, threads: int) -> dict:
         "python_cpu_ms_per_token": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
         "sample_over_greedy": round(med["sample"] / med["greedy"], 4),
         "sample_topk_off_over_greedy": round(med["sample-topk-off"] / med["greedy"], 4),
+        # Median of the ratios within each repetition (the runs of one repetition follow each
+        # other): a slow spell of the machine hits both, as it does not the medians above.
+        "paired_sample_over_greedy": round(statistics.median(
+            s / g for s, g in zip(tps["sample"], tps["greedy"])), 4),
+        "paired_sample_topk_off_over_greedy": round(statistics.median(
+            s / g for s, g in zip(tps["sample-topk-off"], tps["greedy"])), 4),
         # The same ratios in tokens per CPU-second (prompt included): what the process computed,
         # whatever else the shared machine ran (with threads=1; wall-clock swings 2x here).
         "cpu_tokens_per_second": {k: round(v, 2) for k, v in cmed.items()},

@@ -5,7 +5,6 @@ whose costs differ by two orders of magnitude; no test asserts a speed."""
 import json
 
 import pytest
-
 from conftest import make_engine, run_cli, run_to_done
 
 from localspec.engine import PolicyNote, SamplingConfig, Step
