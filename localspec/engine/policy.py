@@ -499,11 +499,8 @@ class AdaptivePolicy:
         every = lost / (budget * seconds) if seconds > 0 else _REFRESH_MIN
         return self._since_plain < min(max(every, _REFRESH_MIN), _REFRESH_MAX)
 
-    def observe_other(self, r: Step) -> str | None:
-        """A round another drafter (of a chain) drafted, or a plain step: only the target's
-        cost, and the tokens that went by (towards the next probe while paused). Decisions
-        wait for this drafter's own rounds, which alone bring new evidence about it. Returns
-        a sentence still unsaid (a seeded pause)."""
+    def _count_round(self, r: Step) -> None:
+        """Every round: the tokens it emitted and what its target decode cost."""
         self._round += 1
         self._tokens += r.emitted
         samples = self._verify.get(r.verify_batch)
@@ -511,6 +508,13 @@ class AdaptivePolicy:
             samples = self._verify[r.verify_batch] = _Samples()
         samples.add(r.verify_seconds)
         self._points, self._curves = {}, {}
+
+    def observe_other(self, r: Step) -> str | None:
+        """A round another drafter (of a chain) drafted, or a plain step: only the target's
+        cost, and the tokens that went by (towards the next probe while paused). Decisions
+        wait for this drafter's own rounds, which alone bring new evidence about it. Returns
+        a sentence still unsaid (a seeded pause)."""
+        self._count_round(r)
         if not self.drafting:
             self._since_probe += r.emitted
         elif r.verify_batch == 1:
@@ -520,13 +524,7 @@ class AdaptivePolicy:
 
     def observe(self, r: Step) -> str | None:
         """Learn from a finished round; return a sentence when drafting turns on or off."""
-        self._round += 1
-        self._tokens += r.emitted
-        samples = self._verify.get(r.verify_batch)
-        if samples is None:
-            samples = self._verify[r.verify_batch] = _Samples()
-        samples.add(r.verify_seconds)
-        self._points, self._curves = {}, {}
+        self._count_round(r)
         if not self.drafting and not r.probe:   # paused between probes: nothing to decide
             self._since_probe += r.emitted
             note, self._note = self._note, None
