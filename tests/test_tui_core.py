@@ -198,7 +198,7 @@ def test_generation_job_coalesces_at_a_bounded_rate():
     """A fast engine (thousands of events a second) gives at most ~10 messages a second."""
     def events(cancel):
         yield PromptProcessed(5, 0, 0.0)
-        t_end = time.monotonic() + 0.65
+        t_end = time.monotonic() + 1.2
         n = 0
         while time.monotonic() < t_end:
             n += 1
@@ -212,7 +212,8 @@ def test_generation_job_coalesces_at_a_bounded_rate():
     kinds = [type(m) for _, m in sink.messages]
     assert kinds[-1] is GenerationFinished and kinds.count(GenerationFinished) == 1
     progress = [m for _, m in sink.messages if isinstance(m, GenerationProgress)]
-    assert 3 <= len(progress) <= 8          # ~0.65 s at 10 a second
+    # ~1.2 s at 10 a second; the lower bound leaves room for a busy machine starving the ticker
+    assert 3 <= len(progress) <= 14
     last = sink.messages[-1][1]
     text = "".join(t for m in progress for t, _ in m.segments) + "".join(t for t, _ in last.segments)
     assert text == last.done.text          # nothing lost, nothing doubled
