@@ -396,8 +396,11 @@ def test_metrics_parse_and_add_up(tiny_target, tiny_draft):
         c = client(server)
         made = 0
         for stream in (False, True):
+            # A fixed draft length: the counters need drafts, and the tiny draft is as large as
+            # the target, so the adaptive policy would start paused.
             r = c.completions.create(model="tiny", prompt=PROMPT, temperature=0, max_tokens=20, stream=stream,
-                                     stream_options={"include_usage": True} if stream else None)
+                                     stream_options={"include_usage": True} if stream else None,
+                                     extra_body={"speculative": {"draft_max": 4}})
             made += list(r)[-1].usage.completion_tokens if stream else r.usage.completion_tokens
         request(server, "POST", "/v1/completions", raw=b"nope")
         status, headers, text = request(server, "GET", "/metrics")

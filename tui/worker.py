@@ -66,11 +66,12 @@ class Job:
         self.post_times: list[float] = []
 
     def start(self) -> Job:
-        self._thread.start()
+        # The ticker first: a job that ends at once joins it, which needs it started.
         if self.interval is not None:
             self._ticker = threading.Thread(target=self._tick, name=f"localspec-{self.name}-ticker",
                                             daemon=True)
             self._ticker.start()
+        self._thread.start()
         return self
 
     def stop(self) -> None:

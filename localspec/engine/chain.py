@@ -36,6 +36,7 @@ class ChainDrafter:
 
     name = "ngram+model"
     deterministic = False      # the model's drafts carry distributions
+    ready = True               # lookups draft while the model reads its prompt alongside
 
     def __init__(self, lookup: NgramDrafter, model: ModelDrafter):
         self.lookup = lookup
@@ -60,8 +61,6 @@ class ChainDrafter:
             return False            # a paused model reads nothing: prefill does the lookup's index
         self.lookup.prefill(tokens)
         return self.model.read_alongside(tokens)
-
-    ready = True     # lookups draft while the model reads its prompt alongside
 
     def settle(self) -> None:
         self.model.settle()
