@@ -261,6 +261,7 @@ def test_the_draft_reads_the_prompt_alongside_the_target(tiny_target, tiny_draft
 
     with Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=1024, threads=1,
                              remember=False, read_alongside=True)) as e:
+        assert e.describe()["draft"]["reads_prompt_alongside"] is True
         toks = e.tokenize("The quick brown fox jumps over the lazy dog. " * 20)
         base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=80, speculative=False)
         drafter = e.drafter(DrafterKind.MODEL)

@@ -222,7 +222,8 @@ class Engine:
             d = self.draft_model.info
             out["draft"] = {"path": d.path, "model": d.description, "backend": d.backend,
                             "gpu_layers": d.gpu_layers, "n_layer": d.n_layer,
-                            "kind": _kind(d), "memory": self.draft_ctx.rollback.value}
+                            "kind": _kind(d), "memory": self.draft_ctx.rollback.value,
+                            "reads_prompt_alongside": self._read_alongside}
         if self.mtp_ctx is not None:
             m = self.mtp_ctx.model
             out["mtp"] = {"path": m.path, "embedded": self.mtp_model is None, "layers": m.n_layer_nextn,
