@@ -29,10 +29,12 @@ PROMPT = "The quick brown fox"
 
 @contextlib.contextmanager
 def serving(target, draft=None, *, drafter="model", n_ctx=512, model_id="tiny", **options):
-    """A server on a free port in this process, in a thread; stopped (and its engine closed) after."""
+    """A server on a free port in this process, in a thread; stopped (and its engine closed) after.
+    Its engine starts from nothing learned (what other tests taught the store would decide
+    whether the adaptive policy drafts at first)."""
     kind = DrafterKind(drafter)
     engine = Engine(EngineConfig(target=str(target), draft=str(draft) if kind is DrafterKind.MODEL else None,
-                                 n_ctx=n_ctx, threads=1))
+                                 n_ctx=n_ctx, threads=1, remember=False))
     try:
         server = Server(engine, RunSpec(drafter=kind), ServerOptions(port=0, model_id=model_id, log_level="warning",
                                                                       access_log=False, **options))
