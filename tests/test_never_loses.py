@@ -296,3 +296,125 @@ def test_a_failed_read_alongside_is_a_clear_error_and_the_engine_goes_on(tiny_ta
         base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=20, speculative=False)
         done = list(e.run(toks, RunSpec(sampling=GREEDY, max_tokens=20, adaptive=False, draft_max=4)))[-1]
         assert done.token_ids == base.token_ids
+
+
+def test_a_draft_far_behind_catches_up_alongside_and_leaves_the_round_to_the_target(tiny_draft, monkeypatch):
+    """Given the seconds of the plain target step it would replace, a draft whose catch-up
+    would cost more starts it on its own thread and proposes nothing (no decode: a plain
+    step); its next draft finds the cache caught up and decodes little. Without a budget, or
+    when the catch-up is cheap, it catches up in line as before; a failed catch-up is raised
+    by the next draft."""
+    import numpy as np
+
+    from localspec.engine.backend import Context, Model
+    from localspec.engine.drafters import ModelDrafter
+    from localspec.errors import LocalspecError
+
+    model = Model(str(tiny_draft), gpu_layers=0)
+    rng = np.random.default_rng(0)
+    prompt = [int(t) for t in rng.integers(5, 200, 60)]
+    missed = [int(t) for t in rng.integers(5, 200, 40)]
+    context = prompt + missed
+    try:
+        ctx = Context(model, n_ctx=512, threads=1)
+        d = ModelDrafter(ctx)
+        d.prefill(prompt)                        # a batch: its cost per token is measured
+        assert d._per_token is not None
+        d.draft(prompt, 4, GREEDY, None)
+        out = d.draft(context, 4, GREEDY, None, budget=1e-9)
+        assert out.tokens == [] and out.steps == 0 and d.ready   # a catch-up is no prompt read
+        d.settle()
+        out = d.draft(context, 4, GREEDY, None, budget=1e-9)   # caught up: nothing left to defer
+        assert out.tokens and out.sync_tokens <= 2
+        assert ctx.tokens[:len(context)] == context
+        # cheap enough for the budget: in line, in one round
+        more = context + [int(t) for t in rng.integers(5, 200, 12)]
+        out = d.draft(more, 4, GREEDY, None, budget=1e3)
+        assert out.tokens and out.steps > 0 and out.sync_tokens >= 12
+        # a catch-up that fails on its thread is the next draft's clear error
+        later = more + [int(t) for t in rng.integers(5, 200, 30)]
+
+        def broken(tokens, *, logits="last"):
+            raise LocalspecError("llama_decode failed (simulated)")
+
+        monkeypatch.setattr(ctx, "decode", broken)
+        assert d.draft(later, 4, GREEDY, None, budget=1e-9).steps == 0
+        with pytest.raises(LocalspecError, match="simulated"):
+            d.draft(later, 4, GREEDY, None)
+    finally:
+        d.close()
+        model.close()
+
+
+def test_a_chain_catches_the_model_up_alongside_its_lookups(tiny_target, tiny_draft, monkeypatch):
+    """With cores to spare, each round the lookup drafts also starts the draft model catching
+    up on the tokens emitted so far, on its own thread while the target verifies; the output
+    stays the target's and the draft's cache exact."""
+    from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
+    from localspec.engine.drafters import ModelDrafter
+
+    started = []
+    real = ModelDrafter._start_thread
+
+    def record(self, todo, *, prompt):
+        started.append((prompt, len(todo)))
+        return real(self, todo, prompt=prompt)
+
+    monkeypatch.setattr(ModelDrafter, "_start_thread", record)
+    with Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=1024, threads=1,
+                             remember=False, read_alongside=True)) as e:
+        toks = e.tokenize("one two three four five six seven eight nine ten. " * 12)
+        base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=120, speculative=False)
+        e.reset()
+        events = list(e.run(toks, RunSpec(drafter=DrafterKind.NGRAM_MODEL, sampling=GREEDY, max_tokens=120,
+                                          adaptive=False, draft_max=4)))
+        done = events[-1]
+        assert done.token_ids == base.token_ids
+        lookups = [ev for ev in events if isinstance(ev, Step) and ev.source == "ngram"]
+        assert lookups, "the text repeats: the lookup drafts"
+        assert any(not prompt and n > 0 for prompt, n in started), started
+        seq = list(toks) + list(done.token_ids)
+        n = min(len(e.draft_ctx.tokens), len(seq))
+        assert e.draft_ctx.tokens[:n] == seq[:n]
+
+
+def test_a_probe_left_to_the_target_while_the_draft_catches_up_is_not_spent(tiny_target, tiny_draft):
+    """A probe whose draft only started catching up (nothing drafted, no decode) is not a failed
+    probe: the step says it was no probe, and the probe comes again when the draft is ready."""
+    from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
+    from localspec.engine.policy import FixedPolicy
+
+    class ProbesOnce(FixedPolicy):
+        def __init__(self):
+            super().__init__(4)
+            self.drafting = False
+            self.rounds = 0
+            self.probed = False
+
+        def next_k(self):
+            self.probe = self.rounds >= 10 and not self.probed
+            return 4 if self.probe else 0
+
+        def plain_step_seconds(self):
+            return 1e-9            # any catch-up costs more than a plain step
+
+        def observe(self, r):
+            self.rounds += 1
+            self.probed = self.probed or r.probe
+            if r.k and not r.draft_steps:
+                drafter.settle()   # the toy target's steps are too quick to give the thread a turn
+            return None
+
+    with Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=1024, threads=1,
+                             remember=False, read_alongside=True)) as e:
+        drafter = e.drafter(DrafterKind.MODEL)
+        toks = e.tokenize("The quick brown fox jumps over the lazy dog")
+        base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60, speculative=False)
+        e.reset()
+        spec = RunSpec(sampling=GREEDY, max_tokens=60, adaptive=False, draft_max=4)
+        events = list(e._generator(DrafterKind.MODEL).generate(toks, spec, ProbesOnce()))
+    steps = [ev for ev in events if isinstance(ev, Step) and ev.k > 0]
+    assert events[-1].token_ids == base.token_ids
+    assert steps[0].draft_steps == 0 and not steps[0].probe and steps[0].drafted == 0
+    probes = [s for s in steps if s.probe]
+    assert len(probes) == 1 and probes[0].draft_steps > 0 and probes[0].drafted > 0

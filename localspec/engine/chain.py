@@ -10,7 +10,9 @@ draft model leaves a lookup miss to a plain target step, and does not read the p
 
 The model drafter keeps its own cache exact: rounds drafted by the lookup leave it behind by
 the tokens they accepted, and it decodes those in one catch-up batch the next time it drafts
-(its usual sync, see :class:`~localspec.engine.drafters.ModelDrafter`).
+(its usual sync, see :class:`~localspec.engine.drafters.ModelDrafter`). With cores to spare
+it catches up alongside instead, while the target verifies each lookup's draft, so a lookup
+miss finds it at most one round behind.
 """
 
 from __future__ import annotations
@@ -38,9 +40,13 @@ class ChainDrafter:
     deterministic = False      # the model's drafts carry distributions
     ready = True               # lookups draft while the model reads its prompt alongside
 
-    def __init__(self, lookup: NgramDrafter, model: ModelDrafter):
+    def __init__(self, lookup: NgramDrafter, model: ModelDrafter, *, alongside: bool = False):
         self.lookup = lookup
         self.model = model
+        # True (the engine's rule for a draft reading beside the target: spare cores): while
+        # the target verifies a lookup's draft, the model catches up on the tokens emitted
+        # so far on a thread of its own.
+        self.alongside = alongside
         self.ctx = model.ctx
         self.lookups = 0       # rounds the lookup drafted (the rest fell to the model)
         self._plan: Plan | None = None
@@ -65,7 +71,8 @@ class ChainDrafter:
     def settle(self) -> None:
         self.model.settle()
 
-    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate: Gate | None = None) -> Draft:
+    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate: Gate | None = None,
+              budget: float | None = None) -> Draft:
         plan = self._plan
         k_lookup, k_model = (k, k) if plan is None else (min(k, plan.k_lookup), min(k, plan.k_model))
         if not self.model.ready:
@@ -73,14 +80,17 @@ class ChainDrafter:
         d = self.lookup.draft(context, k_lookup, cfg, rng, gate)   # k 0: it only indexes the context
         if d.tokens:
             self.lookups += 1
+            if self.alongside and k_model > 0:   # the model drafts: keep it close behind
+                self.model.catch_up_alongside(context)
             d.source = self.lookup.name
             return d
         if k_model <= 0:     # the model is paused: a plain target step
             return Draft([], None, d.seconds, 0, source="")
-        m = self.model.draft(context, k_model, cfg, rng, gate)
-        # The lookup's time is part of this round's first (sync) step.
+        m = self.model.draft(context, k_model, cfg, rng, gate, budget)
+        # The lookup's time is part of this round's first (sync) step. A model that only
+        # started catching up (no decode: steps 0) leaves a plain step, which no drafter drafted.
         return Draft(m.tokens, m.dists, m.seconds + d.seconds, m.steps, m.sync_tokens,
-                     m.sync_seconds + d.seconds, m.confidence, source=self.model.name)
+                     m.sync_seconds + d.seconds, m.confidence, source=self.model.name if m.steps else "")
 
     def close(self) -> None:
         self.lookup.close()   # the model drafter's context belongs to the engine's model drafter

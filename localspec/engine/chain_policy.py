@@ -88,6 +88,9 @@ class ChainPolicy:
     def gate(self):
         return self.model.gate()      # p_min is the draft model's stop rule
 
+    def plain_step_seconds(self) -> float | None:
+        return self.model.verify_cost(1)   # every round's target cost reaches both policies
+
     def observe(self, step: Step) -> str | None:
         """The drafter that drafted this round learns from all of it; the other one only
         the target's costs (and, paused, the tokens that went by towards its next probe)."""

@@ -36,6 +36,9 @@ class Draft:
     source: str = ""           # which drafter of a chain drafted it ("" : the drafter itself)
 
 
+_SHORT_BATCH = 8   # tokens: a catch-up this short costs about one decode, not a batch rate
+_ROUND_SYNC = 4    # tokens a round's first decode may hold (the target's last, a rejection)
+
 Gate = Callable[[int, float], bool]   # (position, top probability) -> keep drafting?
 
 
@@ -64,8 +67,11 @@ class Drafter(Protocol):
         """Wait for a read started alongside (and raise what it raised)."""
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng: np.random.Generator,
-              gate: Gate | None = None) -> Draft:
-        """Up to ``k`` tokens that may follow ``context``."""
+              gate: Gate | None = None, budget: float | None = None) -> Draft:
+        """Up to ``k`` tokens that may follow ``context``. ``budget`` (given when the draft
+        may work beside the target): the seconds of the plain target step this round would
+        replace; a drafter whose catch-up would cost more starts it alongside and proposes
+        nothing (``steps`` 0): the round is then the target's alone."""
 
     def close(self) -> None: ...
 
@@ -125,7 +131,7 @@ class NoDrafter(ReadsInline):
     def prefill(self, tokens: list[int], *, now: bool = True) -> None:
         pass
 
-    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
+    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None, budget=None) -> Draft:
         return Draft([], None, 0.0, 0)
 
     def close(self) -> None:
@@ -168,7 +174,8 @@ class ModelDrafter:
         self._n_in = n_draft                                     # ids the draft can read
         self._may_lack = (n_vocab_target or n_draft) > n_draft   # the target has ids it lacks
         self._stand_in = max(0, ctx.model.eos) if ctx.model.eos < n_draft else 0
-        self._reader: threading.Thread | None = None    # a prompt read running alongside
+        self._reader: threading.Thread | None = None    # a read running alongside the target
+        self._reading_prompt = False                     # ... and whether it reads a prompt
         self._read_error: BaseException | None = None
         self.alongside_seconds = 0.0   # decode time of reads that ran beside the target
 
@@ -184,7 +191,7 @@ class ModelDrafter:
         return missing * self._per_token <= self.catchup_steps * self._per_step
 
     def _measured(self, synced: int, t_sync: float, steps: int, seconds: float) -> None:
-        if synced > 8:
+        if synced > _SHORT_BATCH:
             per = t_sync / synced
             self._per_token = per if self._per_token is None else self._per_token + 0.3 * (per - self._per_token)
         if steps > 1:
@@ -247,13 +254,56 @@ class ModelDrafter:
         self._known = len(head)
         todo = head[n:]
         if alongside and todo:
-            self._reader = threading.Thread(target=self._read, args=(todo, True), name="localspec-draft-read",
-                                            daemon=True)
-            self._reader.start()
+            self._start_thread(todo, prompt=True)
         else:
-            self._read(todo, False)
+            self._read(todo, False, True)
 
-    def _read(self, todo: list[int], alongside: bool) -> None:
+    def catch_up_alongside(self, context: list[int]) -> None:
+        """Start decoding, on a thread of its own, the tokens of ``context`` (all but its
+        last, which the next draft decodes for its logits) that the cache lacks. A draft
+        chain calls it on a lookup's round: the model catches up on what the lookups emitted
+        while the target verifies, instead of all at once when a lookup next misses. Nothing
+        starts while another read runs or after a restart from a window (the next draft
+        decides how to re-sync)."""
+        if self.offset or not self.ready or (self._reader is not None and self._reader.is_alive()):
+            return
+        self.settle()
+        ctx = self.ctx
+        end = len(context) - 1
+        known = min(self._known, end, len(ctx.tokens))
+        n = known + _common_prefix(ctx.tokens[known:end], self._map(context[known:end]))
+        if n >= end:
+            return
+        n = ctx.truncate(n)
+        self._known = end
+        self._start_thread(self._map(context[n:end]), prompt=False)
+
+    def _defer(self, context: list[int], budget: float) -> bool:
+        """Whether to leave this round to the target alone while the cache catches up
+        alongside: a catch-up still runs, or the one this draft needs would cost more (at the
+        measured batch rate) than the ``budget`` a plain target step takes, e.g. the tokens a
+        chain's lookups emitted, or everything since a pause. Drafting then starts one or
+        two plain steps later with little left to decode. A round's usual first decode (a
+        few tokens) is never deferred; with no batch measured yet, more than a short batch's
+        worth of tokens is taken as dear."""
+        if not self.ready or (self._reader is not None and self._reader.is_alive()):
+            return True
+        if self.offset:
+            return False
+        behind = len(context) - 1 - min(self._known, len(self.ctx.tokens))
+        per = self._per_token
+        if behind <= _ROUND_SYNC or (behind <= _SHORT_BATCH if per is None else behind * per <= budget):
+            return False
+        self.catch_up_alongside(context)
+        return self._reader is not None
+
+    def _start_thread(self, todo: list[int], *, prompt: bool) -> None:
+        self._reading_prompt = prompt
+        self._reader = threading.Thread(target=self._read, args=(todo, True, prompt), name="localspec-draft-read",
+                                        daemon=True)
+        self._reader.start()
+
+    def _read(self, todo: list[int], alongside: bool, prompt: bool) -> None:
         ctx = self.ctx
         ctx.count_decode_time = not alongside   # beside the loop: not the loop's decode time
         try:
@@ -264,7 +314,8 @@ class ModelDrafter:
                 self._measured(len(todo), seconds, 0, 0.0)
                 if alongside:
                     self.alongside_seconds += seconds
-            ctx.mark(pin=True)  # a recurrent draft comes back here for a re-rendered prompt
+            if prompt:
+                ctx.mark(pin=True)  # a recurrent draft comes back here for a re-rendered prompt
         except BaseException as exc:
             if not alongside:
                 raise
@@ -274,8 +325,9 @@ class ModelDrafter:
 
     @property
     def ready(self) -> bool:
+        """False while a prompt read runs alongside (a catch-up is short: the draft waits)."""
         reader = self._reader
-        return reader is None or not reader.is_alive()
+        return reader is None or not self._reading_prompt or not reader.is_alive()
 
     def settle(self) -> None:
         reader = self._reader
@@ -288,11 +340,15 @@ class ModelDrafter:
             self._known = 0      # the cache holds what it holds: the next draft compares it
             raise error
 
-    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
+    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None, budget=None) -> Draft:
         """Up to ``k`` tokens after ``context``. ``gate(position, top_probability)`` is asked
-        before each token is added; drafting stops when it says no."""
-        self.settle()
+        before each token is added; drafting stops when it says no. Waiting for a catch-up
+        that runs alongside counts in the round's first (sync) step; with a ``budget`` the
+        draft does not wait (see :meth:`_defer`)."""
         t0 = time.perf_counter()
+        if budget is not None and self._defer(context, budget):
+            return Draft([], None, time.perf_counter() - t0, 0)
+        self.settle()
         room = self.ctx.n_ctx - (len(context) - self.offset)
         k = min(k, room)
         if k <= 0:
@@ -370,7 +426,7 @@ class NgramDrafter(ReadsInline):
     def prefill(self, tokens: list[int], *, now: bool = True) -> None:
         self._rebuild(tokens, check=True)   # cheap: an index of the prompt's n-grams
 
-    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
+    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None, budget=None) -> Draft:
         t0 = time.perf_counter()
         self._rebuild(context, check=False)
         seen = self._seen

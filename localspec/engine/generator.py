@@ -127,7 +127,12 @@ class Generator:
 
             # -- draft --------------------------------------------------------------
             if k > 0:
-                d: Draft = drafter.draft(tokens, k, dcfg, rng, policy.gate())
+                # Beside the target, a draft far behind catches up on its own thread and
+                # leaves this round to the target, instead of making it wait.
+                budget = policy.plain_step_seconds() if self.read_alongside else None
+                d: Draft = drafter.draft(tokens, k, dcfg, rng, policy.gate(), budget)
+                if not d.steps:
+                    probe = False    # nothing was tried: a probe still due comes next round
             else:
                 d = Draft([], None, 0.0, 0)
             drafts = d.tokens

@@ -255,7 +255,7 @@ class MtpDrafter(ReadsInline):
         if len(tokens) > 1:
             self._catch_up(tokens, len(tokens) - 1)
 
-    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None) -> Draft:
+    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None, budget=None) -> Draft:
         t0 = time.perf_counter()
         k = min(k, self.ctx.n_ctx - len(context))
         if k <= 0:

@@ -81,6 +81,9 @@ class Policy(Protocol):
 
     def gate(self) -> Callable[[int, float], bool] | None: ...
 
+    def plain_step_seconds(self) -> float | None:
+        """What a plain target step costs, as measured (None: unknown, or not measured)."""
+
     def observe(self, step: Step) -> str | None: ...
 
     def describe(self) -> str: ...
@@ -117,6 +120,9 @@ class FixedPolicy:
     def gate(self):
         p_min = self.p_min
         return (lambda i, top: top >= p_min) if p_min > 0 else None
+
+    def plain_step_seconds(self) -> float | None:
+        return None
 
     def observe(self, r: Step) -> str | None:
         return None
@@ -617,6 +623,9 @@ class AdaptivePolicy:
         elif self._sync.value is not None:
             per = max(r.sync_seconds - self._sync.value, 0.0) / (r.sync_tokens - 1)
             self._catchup = _ema(self._catchup, per)
+
+    def plain_step_seconds(self) -> float | None:
+        return self.verify_cost(1)
 
     def one_decode_seconds(self) -> float | None:
         """What the drafter's first decode of a round costs when it has little to catch up."""
