@@ -3,6 +3,7 @@ keeps drafting when it does. The decisions come from measured costs, on real (ti
 whose costs differ by two orders of magnitude; no test asserts a speed."""
 
 import json
+import time
 
 import pytest
 from conftest import make_engine, run_cli, run_to_done
@@ -253,7 +254,19 @@ def test_drafting_that_starts_paused_catches_up_when_it_resumes(tiny_target, tin
     assert done.summary.tokens_drafting_off >= 9
 
 
-def test_the_draft_reads_the_prompt_alongside_the_target(tiny_target, tiny_draft):
+def slow_target(engine, monkeypatch, seconds=0.002):
+    """Give the toy target a real model's pace (a sleep in each decode, which lets other
+    threads run): its steps are otherwise over before a thread alongside gets a turn."""
+    real = engine.target_ctx._decode
+
+    def decode(tokens, logits):
+        time.sleep(seconds)
+        return real(tokens, logits)
+
+    monkeypatch.setattr(engine.target_ctx, "_decode", decode)
+
+
+def test_the_draft_reads_the_prompt_alongside_the_target(tiny_target, tiny_draft, monkeypatch):
     """With cores to spare the draft decodes the prompt on a thread of its own while the target
     reads it: the output is the target's, the read is not counted as the loop's decode time,
     and the draft's cache ends up exact (later turns reuse it)."""
@@ -264,6 +277,7 @@ def test_the_draft_reads_the_prompt_alongside_the_target(tiny_target, tiny_draft
         assert e.describe()["draft"]["reads_prompt_alongside"] is True
         toks = e.tokenize("The quick brown fox jumps over the lazy dog. " * 20)
         base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=80, speculative=False)
+        slow_target(e, monkeypatch)
         drafter = e.drafter(DrafterKind.MODEL)
         for kind in (DrafterKind.MODEL, DrafterKind.NGRAM_MODEL):
             e.reset()
@@ -365,6 +379,7 @@ def test_a_chain_catches_the_model_up_alongside_its_lookups(tiny_target, tiny_dr
                              remember=False, read_alongside=True)) as e:
         toks = e.tokenize("one two three four five six seven eight nine ten. " * 12)
         base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=120, speculative=False)
+        slow_target(e, monkeypatch)
         e.reset()
         events = list(e.run(toks, RunSpec(drafter=DrafterKind.NGRAM_MODEL, sampling=GREEDY, max_tokens=120,
                                           adaptive=False, draft_max=4)))
@@ -418,3 +433,33 @@ def test_a_probe_left_to_the_target_while_the_draft_catches_up_is_not_spent(tiny
     assert steps[0].draft_steps == 0 and not steps[0].probe and steps[0].drafted == 0
     probes = [s for s in steps if s.probe]
     assert len(probes) == 1 and probes[0].draft_steps > 0 and probes[0].drafted > 0
+
+
+def test_a_generation_that_ends_stops_a_read_alongside_without_waiting(tiny_draft):
+    """A read alongside still running when its generation ends is stopped after its current
+    chunk, not waited for; the cache keeps what it decoded, consistent, and the next draft
+    reads the rest."""
+    import numpy as np
+
+    from localspec.engine.backend import Context, Model
+    from localspec.engine.drafters import ModelDrafter
+
+    model = Model(str(tiny_draft), gpu_layers=0)
+    prompt = [int(t) for t in np.random.default_rng(2).integers(5, 200, 1500)]
+    try:
+        ctx = Context(model, n_ctx=2048, threads=1)
+        d = ModelDrafter(ctx)
+        d._per_token = 1.0                 # as if each token took a second: chunks of a few tokens
+        assert d.read_alongside(prompt)
+        d.settle(wait=False)               # the generation ended
+        d.settle()                         # the next use waits for the chunk in flight only
+        assert 0 < len(ctx.tokens) < len(prompt) - 1
+        assert ctx.tokens == prompt[:len(ctx.tokens)]
+        kept = len(ctx.tokens)
+        d._per_token, d._per_step = 1e-6, 1e-3   # the real costs: reading the rest is cheap
+        out = d.draft(prompt, 4, GREEDY, None)
+        assert out.tokens and out.sync_tokens == len(prompt) - kept
+        assert ctx.tokens[:len(prompt)] == prompt
+    finally:
+        d.close()
+        model.close()

@@ -68,8 +68,8 @@ class ChainDrafter:
         self.lookup.prefill(tokens)
         return self.model.read_alongside(tokens)
 
-    def settle(self) -> None:
-        self.model.settle()
+    def settle(self, wait: bool = True) -> None:
+        self.model.settle(wait)
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate: Gate | None = None,
               budget: float | None = None) -> Draft:

@@ -38,6 +38,7 @@ class Draft:
 
 _SHORT_BATCH = 8   # tokens: a catch-up this short costs about one decode, not a batch rate
 _ROUND_SYNC = 4    # tokens a round's first decode may hold (the target's last, a rejection)
+_CHUNK_SECONDS = 0.03   # a read alongside decodes in chunks this long: it can stop between them
 
 Gate = Callable[[int, float], bool]   # (position, top probability) -> keep drafting?
 
@@ -63,8 +64,10 @@ class Drafter(Protocol):
     def ready(self) -> bool:
         """False while a prompt read started by :meth:`read_alongside` is still running."""
 
-    def settle(self) -> None:
-        """Wait for a read started alongside (and raise what it raised)."""
+    def settle(self, wait: bool = True) -> None:
+        """Wait for a read started alongside (and raise what it raised). ``wait=False`` (a
+        generation that ends): raise what a finished read raised, and stop a running one
+        without waiting for it (whatever uses the draft next waits for its last chunk)."""
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng: np.random.Generator,
               gate: Gate | None = None, budget: float | None = None) -> Draft:
@@ -84,7 +87,7 @@ class ReadsInline:
     def read_alongside(self, tokens: list[int]) -> bool:
         return False
 
-    def settle(self) -> None:
+    def settle(self, wait: bool = True) -> None:
         pass
 
 
@@ -176,6 +179,7 @@ class ModelDrafter:
         self._stand_in = max(0, ctx.model.eos) if ctx.model.eos < n_draft else 0
         self._reader: threading.Thread | None = None    # a read running alongside the target
         self._reading_prompt = False                     # ... and whether it reads a prompt
+        self._cancel = threading.Event()                 # set: stop it after its current chunk
         self._read_error: BaseException | None = None
         self.alongside_seconds = 0.0   # decode time of reads that ran beside the target
 
@@ -299,22 +303,36 @@ class ModelDrafter:
 
     def _start_thread(self, todo: list[int], *, prompt: bool) -> None:
         self._reading_prompt = prompt
+        self._cancel.clear()
         self._reader = threading.Thread(target=self._read, args=(todo, True, prompt), name="localspec-draft-read",
                                         daemon=True)
         self._reader.start()
+
+    def _chunk(self) -> int:
+        """Tokens per decode of a read alongside: about ``_CHUNK_SECONDS`` at the measured
+        batch rate, so that cancelling it (a generation that ends) takes no longer."""
+        per = self._per_token
+        if per is None or per <= 0:
+            return _SHORT_BATCH * 4
+        return int(min(max(_CHUNK_SECONDS / per, _ROUND_SYNC), self.ctx.n_batch))
 
     def _read(self, todo: list[int], alongside: bool, prompt: bool) -> None:
         ctx = self.ctx
         ctx.count_decode_time = not alongside   # beside the loop: not the loop's decode time
         try:
-            if todo:
-                t0 = time.perf_counter()
-                ctx.decode(todo, logits="none")
-                seconds = time.perf_counter() - t0
-                self._measured(len(todo), seconds, 0, 0.0)
+            done = 0
+            t0 = time.perf_counter()
+            chunk = self._chunk() if alongside else len(todo)
+            while done < len(todo) and not (alongside and self._cancel.is_set()):
+                part = todo[done:done + chunk]
+                ctx.decode(part, logits="none")
+                done += len(part)
+            seconds = time.perf_counter() - t0
+            if done:
+                self._measured(done, seconds, 0, 0.0)
                 if alongside:
                     self.alongside_seconds += seconds
-            if prompt:
+            if prompt and done == len(todo):
                 ctx.mark(pin=True)  # a recurrent draft comes back here for a re-rendered prompt
         except BaseException as exc:
             if not alongside:
@@ -329,9 +347,15 @@ class ModelDrafter:
         reader = self._reader
         return reader is None or not self._reading_prompt or not reader.is_alive()
 
-    def settle(self) -> None:
+    def settle(self, wait: bool = True) -> None:
+        """Wait for a read alongside; ``wait=False``: cancel a running one instead (it stops
+        after its current chunk; the cache keeps what it decoded and the next use, which
+        waits for that chunk, compares the rest)."""
         reader = self._reader
         if reader is None:
+            return
+        if not wait and reader.is_alive():
+            self._cancel.set()
             return
         reader.join()
         self._reader = None

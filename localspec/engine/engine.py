@@ -202,6 +202,7 @@ class Engine:
 
     def reset(self) -> None:
         """Forget cached prompts in both models (for fair timing between runs)."""
+        self._settle_draft()
         self.target_ctx.clear()
         if self.draft_ctx is not None:
             self.draft_ctx.clear()
@@ -231,7 +232,18 @@ class Engine:
                           "backend": m.info.backend}
         return out
 
+    def _settle_draft(self) -> None:
+        """Wait for the last chunk of a read the draft model ran alongside (a generation
+        that ends stops it without waiting)."""
+        gen = self._generators.get(DrafterKind.MODEL)
+        if gen is not None:
+            try:
+                gen.drafter.settle()
+            except Exception:  # noqa: BLE001 - a stopped read's failure: its cache is cleared or freed next
+                pass
+
     def close(self) -> None:
+        self._settle_draft()
         for obj in (self.mtp_ctx, self.mtp_model, self.draft_ctx, self.draft_model, self.target_ctx,
                     self.target_model):
             if obj is not None:

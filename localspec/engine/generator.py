@@ -51,7 +51,9 @@ class Generator:
         try:
             yield from self._generate(prompt, spec, policy, cancel)
         finally:
-            self.drafter.settle()   # no read alongside outlives its generation
+            # A read alongside still running (a prompt read longer than the answer, a catch-up)
+            # is stopped, not waited for: what it decoded stays in the draft's cache.
+            self.drafter.settle(wait=False)
 
     def _generate(self, prompt: list[int], spec: RunSpec, policy: Policy,
                   cancel: threading.Event | None) -> Iterator[Event]:
@@ -203,7 +205,7 @@ class Generator:
         if tail:
             # Text held back for a stop string that never completed: release it now.
             yield TextChunk(tail)
-        drafter.settle()
+        drafter.settle(wait=False)   # what a finished read raised belongs to this generation
         t_end = time.perf_counter()
         decode = tgt.decode_seconds + _draft_decode_seconds(drafter) - decode_before
         stats.rollback(tgt.rollback.value, drafter.ctx.rollback.value if drafter.ctx is not None else None,
