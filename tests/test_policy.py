@@ -259,6 +259,10 @@ def test_a_draft_no_smaller_than_the_target_starts_paused():
     drafted = [k for k, _, _, probe in log if k > 0]
     assert drafted and all(probe for k, _, _, probe in log if k > 0)     # probes only
     assert len(drafted) <= 6
+    # the dearer the draft, the later its first probe (a 100x draft: none in a short answer)
+    first = [i for i, (k, _, _, _) in enumerate(log) if k > 0][0]
+    assert 12 <= first <= 20
+    assert AdaptivePolicy(1, 8, size_ratio=100.0)._probe_every >= 800
     assert AdaptivePolicy(1, 8, size_ratio=0.1).drafting
     assert AdaptivePolicy(1, 8, size_ratio=2.0, can_pause=False).drafting
 

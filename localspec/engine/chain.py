@@ -38,7 +38,7 @@ class ChainDrafter:
 
     name = "ngram+model"
     deterministic = False      # the model's drafts carry distributions
-    ready = True               # lookups draft while the model reads its prompt alongside
+    ready = True               # lookups draft while the model reads alongside
 
     def __init__(self, lookup: NgramDrafter, model: ModelDrafter, *, alongside: bool = False):
         self.lookup = lookup
@@ -76,7 +76,7 @@ class ChainDrafter:
         plan = self._plan
         k_lookup, k_model = (k, k) if plan is None else (min(k, plan.k_lookup), min(k, plan.k_model))
         if not self.model.ready:
-            k_model = 0      # still reading the prompt alongside: a lookup miss is a plain step
+            k_model = 0      # still reading alongside: a lookup miss is a plain step
         d = self.lookup.draft(context, k_lookup, cfg, rng, gate)   # k 0: it only indexes the context
         if d.tokens:
             self.lookups += 1

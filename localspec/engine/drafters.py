@@ -62,7 +62,7 @@ class Drafter(Protocol):
 
     @property
     def ready(self) -> bool:
-        """False while a prompt read started by :meth:`read_alongside` is still running."""
+        """False while a read alongside (a prompt's, a catch-up) is still running."""
 
     def settle(self, wait: bool = True) -> None:
         """Wait for a read started alongside (and raise what it raised). ``wait=False`` (a
@@ -178,7 +178,6 @@ class ModelDrafter:
         self._may_lack = (n_vocab_target or n_draft) > n_draft   # the target has ids it lacks
         self._stand_in = max(0, ctx.model.eos) if ctx.model.eos < n_draft else 0
         self._reader: threading.Thread | None = None    # a read running alongside the target
-        self._reading_prompt = False                     # ... and whether it reads a prompt
         self._cancel = threading.Event()                 # set: stop it after its current chunk
         self._read_error: BaseException | None = None
         self.alongside_seconds = 0.0   # decode time of reads that ran beside the target
@@ -269,7 +268,7 @@ class ModelDrafter:
         while the target verifies, instead of all at once when a lookup next misses. Nothing
         starts while another read runs or after a restart from a window (the next draft
         decides how to re-sync)."""
-        if self.offset or not self.ready or (self._reader is not None and self._reader.is_alive()):
+        if self.offset or not self.ready:
             return
         self.settle()
         ctx = self.ctx
@@ -290,7 +289,7 @@ class ModelDrafter:
         two plain steps later with little left to decode. A round's usual first decode (a
         few tokens) is never deferred; with no batch measured yet, more than a short batch's
         worth of tokens is taken as dear."""
-        if not self.ready or (self._reader is not None and self._reader.is_alive()):
+        if not self.ready:
             return True
         if self.offset:
             return False
@@ -302,7 +301,6 @@ class ModelDrafter:
         return self._reader is not None
 
     def _start_thread(self, todo: list[int], *, prompt: bool) -> None:
-        self._reading_prompt = prompt
         self._cancel.clear()
         self._reader = threading.Thread(target=self._read, args=(todo, True, prompt), name="localspec-draft-read",
                                         daemon=True)
@@ -343,9 +341,9 @@ class ModelDrafter:
 
     @property
     def ready(self) -> bool:
-        """False while a prompt read runs alongside (a catch-up is short: the draft waits)."""
+        """False while a read (a prompt, a catch-up) runs alongside: the round is the target's."""
         reader = self._reader
-        return reader is None or not self._reading_prompt or not reader.is_alive()
+        return reader is None or not reader.is_alive()
 
     def settle(self, wait: bool = True) -> None:
         """Wait for a read alongside; ``wait=False``: cancel a running one instead (it stops

@@ -124,7 +124,7 @@ class Generator:
             want = policy.next_k()
             probe = policy.probe
             if want and not drafter.ready:
-                want, probe = 0, False   # the draft still reads the prompt alongside: step alone
+                want, probe = 0, False   # the draft still reads alongside: step alone
             k = max(0, min(want, room, remaining - 1))
 
             # -- draft --------------------------------------------------------------

@@ -257,9 +257,11 @@ class AdaptivePolicy:
         elif size_ratio is not None and size_ratio >= 1.0 and can_pause:
             # Nothing measured yet, but a draft whose weights are no smaller than the target's
             # (on the same device) cannot decode faster than it: drafting cannot pay. Start
-            # paused; probes measure the real costs now and then.
+            # paused; probes measure the real costs now and then, the first after more tokens
+            # the dearer the draft (each of a probe's draft steps costs about the ratio).
             self.drafting = False
             self.pauses = 1
+            self._probe_every = int(min(_PROBE_MIN * size_ratio, _PROBE_MAX))
             self._reason = (f"the draft's weights are {size_ratio:.1f}x the target's: drafting cannot pay; "
                             f"drafting paused (next probe after {self._probe_every} tokens)")
             self._note = self._reason
