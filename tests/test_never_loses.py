@@ -380,9 +380,9 @@ def test_a_chain_catches_the_model_up_alongside_its_lookups(tiny_target, tiny_dr
     started = []
     real = ModelDrafter._start_thread
 
-    def record(self, todo, *, prompt):
-        started.append((prompt, len(todo)))
-        return real(self, todo, prompt=prompt)
+    def record(self, work, *, prompt, previous=None):
+        started.append((prompt, len(work()) if not prompt else None))
+        return real(self, work, prompt=prompt, previous=previous)
 
     monkeypatch.setattr(ModelDrafter, "_start_thread", record)
     with Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=1024, threads=1,
@@ -463,13 +463,22 @@ def test_a_generation_that_ends_stops_a_read_alongside_without_waiting(tiny_draf
         assert d.read_alongside(prompt)
         d.settle(wait=False)               # the generation ended
         d.settle()                         # the next use waits for the chunk in flight only
-        assert 0 < len(ctx.tokens) < len(prompt) - 1
+        assert len(ctx.tokens) < len(prompt) - 1
         assert ctx.tokens == prompt[:len(ctx.tokens)]
         kept = len(ctx.tokens)
         d._per_token, d._per_step = 1e-6, 1e-3   # the real costs: reading the rest is cheap
         out = d.draft(prompt, 4, GREEDY, None)
         assert out.tokens and out.sync_tokens == len(prompt) - kept
         assert ctx.tokens[:len(prompt)] == prompt
+        # a new prompt while a stopped read still runs: the new read waits for it on its own
+        # thread, and the cache ends up holding the new prompt
+        d._per_token = 1.0
+        other = prompt[:700] + [int(t) for t in np.random.default_rng(3).integers(5, 200, 600)]
+        assert d.read_alongside(prompt[:1200] + [7])
+        d.settle(wait=False)
+        assert d.read_alongside(other)
+        d.settle()
+        assert ctx.tokens == other[:-1]
     finally:
         d.close()
         model.close()

@@ -38,7 +38,8 @@ class Draft:
 
 _SHORT_BATCH = 8   # tokens: a catch-up this short costs about one decode, not a batch rate
 _ROUND_SYNC = 4    # tokens a round's first decode may hold (the target's last, a rejection)
-_CHUNK_SECONDS = 0.03   # a read alongside decodes in chunks this long: it can stop between them
+_CHUNK_SECONDS = 0.1    # a read alongside decodes in chunks this long: it can stop between them
+_CHUNK_MIN = 64         # ... of at least this many tokens (a CPU's batch rate from about here)
 
 Gate = Callable[[int, float], bool]   # (position, top probability) -> keep drafting?
 
@@ -244,22 +245,33 @@ class ModelDrafter:
         return True
 
     def _start_read(self, tokens: list[int], *, now: bool, alongside: bool) -> None:
+        if not now:
+            self.settle()
+            if self.offset:
+                self.offset = 0
+                self.ctx.clear()
+            self._known = 0
+            return
+        head = self._map(tokens[:-1])
+        if alongside:
+            # A read the last generation stopped may still finish its chunk: the new read
+            # waits for it on its own thread, not the target's.
+            previous, self._reader = self._reader, None
+            self._known = len(head)
+            self._start_thread(lambda: self._unread(head), prompt=True, previous=previous)
+            return
         self.settle()
+        todo = self._unread(head)
+        self._known = len(head)
+        self._read(lambda: todo, False, True)
+
+    def _unread(self, head: list[int]) -> list[int]:
+        """Bring the cache to the longest prefix of ``head`` it holds; return the rest."""
         ctx = self.ctx
         if self.offset:
             self.offset = 0
             ctx.clear()
-        if not now:
-            self._known = 0
-            return
-        head = self._map(tokens[:-1])
-        n = ctx.truncate(_common_prefix(ctx.tokens, head))
-        self._known = len(head)
-        todo = head[n:]
-        if alongside and todo:
-            self._start_thread(todo, prompt=True)
-        else:
-            self._read(todo, False, True)
+        return head[ctx.truncate(_common_prefix(ctx.tokens, head)):]
 
     def catch_up_alongside(self, context: list[int]) -> None:
         """Start decoding, on a thread of its own, the tokens of ``context`` (all but its
@@ -279,7 +291,8 @@ class ModelDrafter:
             return
         n = ctx.truncate(n)
         self._known = end
-        self._start_thread(self._map(context[n:end]), prompt=False)
+        todo = self._map(context[n:end])
+        self._start_thread(lambda: todo, prompt=False)
 
     def _defer(self, context: list[int], budget: float) -> bool:
         """Whether to leave this round to the target alone while the cache catches up
@@ -300,28 +313,39 @@ class ModelDrafter:
         self.catch_up_alongside(context)
         return self._reader is not None
 
-    def _start_thread(self, todo: list[int], *, prompt: bool) -> None:
-        self._cancel.clear()
-        self._reader = threading.Thread(target=self._read, args=(todo, True, prompt), name="localspec-draft-read",
-                                        daemon=True)
+    def _start_thread(self, work: Callable[[], list[int]], *, prompt: bool,
+                      previous: threading.Thread | None = None) -> None:
+        cancel = self._cancel = threading.Event()   # its own: stopping it stops no later read
+
+        def run():
+            if previous is not None:
+                previous.join()
+            self._read(work, True, prompt, cancel)
+
+        self._reader = threading.Thread(target=run, name="localspec-draft-read", daemon=True)
         self._reader.start()
 
     def _chunk(self) -> int:
         """Tokens per decode of a read alongside: about ``_CHUNK_SECONDS`` at the measured
-        batch rate, so that cancelling it (a generation that ends) takes no longer."""
+        batch rate (stopping it takes no longer), but never fewer than ``_CHUNK_MIN``: on a
+        CPU, smaller batches cost up to half as much again per token."""
         per = self._per_token
         if per is None or per <= 0:
-            return _SHORT_BATCH * 4
-        return int(min(max(_CHUNK_SECONDS / per, _ROUND_SYNC), self.ctx.n_batch))
+            return _CHUNK_MIN
+        return int(min(max(_CHUNK_SECONDS / per, _CHUNK_MIN), self.ctx.n_batch))
 
-    def _read(self, todo: list[int], alongside: bool, prompt: bool) -> None:
+    def _read(self, work: Callable[[], list[int]], alongside: bool, prompt: bool,
+              cancel: threading.Event | None = None) -> None:
+        """Decode the tokens ``work`` returns (it may first cut the cache back), in chunks
+        between which ``cancel`` may stop it; alongside, what it raises is kept for settle."""
         ctx = self.ctx
         ctx.count_decode_time = not alongside   # beside the loop: not the loop's decode time
         try:
+            todo = work()
             done = 0
             t0 = time.perf_counter()
             chunk = self._chunk() if alongside else len(todo)
-            while done < len(todo) and not (alongside and self._cancel.is_set()):
+            while done < len(todo) and not (cancel is not None and cancel.is_set()):
                 part = todo[done:done + chunk]
                 ctx.decode(part, logits="none")
                 done += len(part)
@@ -335,7 +359,8 @@ class ModelDrafter:
         except BaseException as exc:
             if not alongside:
                 raise
-            self._read_error = exc
+            if self._read_error is None:   # a stopped read's failure comes first
+                self._read_error = exc
         finally:
             ctx.count_decode_time = True
 
