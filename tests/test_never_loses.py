@@ -482,3 +482,30 @@ def test_a_generation_that_ends_stops_a_read_alongside_without_waiting(tiny_draf
     finally:
         d.close()
         model.close()
+
+
+def test_a_seeded_sampled_generation_reads_in_line_and_repeats_itself(tiny_target, tiny_draft, monkeypatch):
+    """Which rounds draft would depend on a thread's timing if the draft read alongside; a
+    seeded sampled generation must repeat itself, so its draft reads in line (greedy output
+    is the target's whatever drafts, and unseeded sampling is random anyway)."""
+    from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
+
+    with Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=1024, threads=1,
+                             remember=False, read_alongside=True)) as e:
+        slow_target(e, monkeypatch, 0.0005)
+        drafter = e.drafter(DrafterKind.MODEL)
+        toks = e.tokenize("The quick brown fox jumps over the lazy dog. " * 10)
+        seeded = SamplingConfig(temperature=0.9, seed=7)
+        outs = []
+        for _ in range(3):
+            e.reset()
+            before = drafter.alongside_seconds
+            done = list(e.run(toks, RunSpec(sampling=seeded, max_tokens=40, adaptive=False, draft_max=3)))[-1]
+            assert drafter.alongside_seconds == before
+            outs.append(done.token_ids)
+        assert outs[0] == outs[1] == outs[2]
+        e.reset()
+        list(e.run(toks, RunSpec(sampling=SamplingConfig(temperature=0.9), max_tokens=40, adaptive=False,
+                                 draft_max=3)))
+        e.reset()
+        assert drafter.alongside_seconds > 0     # unseeded: the draft reads alongside

@@ -10,9 +10,9 @@ draft model leaves a lookup miss to a plain target step, and does not read the p
 
 The model drafter keeps its own cache exact: rounds drafted by the lookup leave it behind by
 the tokens they accepted, and it decodes those in one catch-up batch the next time it drafts
-(its usual sync, see :class:`~localspec.engine.drafters.ModelDrafter`). With cores to spare
-it catches up alongside instead, while the target verifies each lookup's draft, so a lookup
-miss finds it at most one round behind.
+(its usual sync, see :class:`~localspec.engine.drafters.ModelDrafter`). Where it may work
+beside the target (a ``budget`` is given), it catches up alongside instead, while the target
+verifies each lookup's draft, so a lookup miss finds it at most one round behind.
 """
 
 from __future__ import annotations
@@ -40,13 +40,9 @@ class ChainDrafter:
     deterministic = False      # the model's drafts carry distributions
     ready = True               # lookups draft while the model reads alongside
 
-    def __init__(self, lookup: NgramDrafter, model: ModelDrafter, *, alongside: bool = False):
+    def __init__(self, lookup: NgramDrafter, model: ModelDrafter):
         self.lookup = lookup
         self.model = model
-        # True (the engine's rule for a draft reading beside the target: spare cores): while
-        # the target verifies a lookup's draft, the model catches up on the tokens emitted
-        # so far on a thread of its own.
-        self.alongside = alongside
         self.ctx = model.ctx
         self.lookups = 0       # rounds the lookup drafted (the rest fell to the model)
         self._plan: Plan | None = None
@@ -80,7 +76,7 @@ class ChainDrafter:
         d = self.lookup.draft(context, k_lookup, cfg, rng, gate)   # k 0: it only indexes the context
         if d.tokens:
             self.lookups += 1
-            if self.alongside and k_model > 0:   # the model drafts: keep it close behind
+            if budget is not None and k_model > 0:   # beside the target: keep the model close behind
                 self.model.catch_up_alongside(context)
             d.source = self.lookup.name
             return d

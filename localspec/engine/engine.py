@@ -147,8 +147,7 @@ class Engine:
                 raise BadInput("no MTP head is loaded: give --draft mtp (a target with MTP layers)")
             if kind is DrafterKind.NGRAM_MODEL:   # shares the model drafter (and its cache)
                 model = self._generators[DrafterKind.MODEL]
-                gen = Generator(self.target_ctx,
-                                ChainDrafter(NgramDrafter(), model.drafter, alongside=model.read_alongside),
+                gen = Generator(self.target_ctx, ChainDrafter(NgramDrafter(), model.drafter),
                                 read_alongside=model.read_alongside)
             else:
                 gen = Generator(self.target_ctx, NgramDrafter())

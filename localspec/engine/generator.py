@@ -9,6 +9,7 @@ the drafter fixes its own cache at the start of its next draft.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -34,9 +35,11 @@ class Generator:
                  read_alongside: bool = False):
         self.target = target
         self.drafter: Drafter = drafter or NoDrafter()
-        # True: the drafter reads the prompt on a thread of its own while the target reads it
-        # (the Engine allows it when the two models' threads fit on the cores), and the
-        # target steps alone until the draft is ready.
+        # True: the drafter reads the prompt (and catches up) on a thread of its own while the
+        # target decodes (the Engine allows it when the two models' threads fit on the
+        # cores), and the target steps alone until the draft is ready. Which rounds draft
+        # then depends on timing: a seeded sampled generation, which must repeat itself,
+        # reads in line.
         self.read_alongside = read_alongside
         # True: the first token comes from the prompt's own logits, before the drafter reads
         # the prompt (the first token as soon as the target alone would give it). False:
@@ -81,8 +84,8 @@ class Generator:
         t_start = time.perf_counter()
         tgt.sample_on_device(chain_for(sampling, confidence=False))
         rollback_before = _rollback_snapshot(tgt, drafter)
-        read_started = (self.read_alongside and policy.may_draft and policy.drafting
-                        and drafter.read_alongside(prompt))
+        alongside = self.read_alongside and (sampling.greedy or sampling.seed is None)
+        read_started = alongside and policy.may_draft and policy.drafting and drafter.read_alongside(prompt)
         n_cached = tgt.truncate(min(_common_prefix(tgt.tokens, prompt), len(prompt) - 1))
         head = prompt if self.first_from_prompt else prompt[:-1]
         first_rows = tgt.decode_rows(head[n_cached:], 1) if len(head) > n_cached else None
@@ -131,7 +134,7 @@ class Generator:
             if k > 0:
                 # Beside the target, a draft far behind catches up on its own thread and
                 # leaves this round to the target, instead of making it wait.
-                budget = policy.plain_step_seconds() if self.read_alongside else None
+                budget = (policy.plain_step_seconds() or math.inf) if alongside else None
                 d: Draft = drafter.draft(tokens, k, dcfg, rng, policy.gate(), budget)
                 if not d.steps:
                     probe = False    # nothing was tried: a probe still due comes next round
@@ -188,7 +191,7 @@ class Generator:
             origins = [Origin.DRAFT] * a + [Origin.BONUS if (n and a == n) else Origin.TARGET]
             emitted = yield from out.emit(new, origins)
 
-            step = Step(step_index, k, n, a, emitted, d.seconds, t_verify, k > 0 or policy.drafting,
+            step = Step(step_index, k, n, a, emitted, d.seconds, t_verify, d.steps > 0 or policy.drafting,
                         draft_steps=d.steps, verify_batch=n + 1, probe=probe, sync_tokens=d.sync_tokens,
                         sync_seconds=d.sync_seconds, confidence=tuple(d.confidence or ()), source=d.source)
             stats.step(step)
