@@ -380,9 +380,9 @@ def test_a_chain_catches_the_model_up_alongside_its_lookups(tiny_target, tiny_dr
     started = []
     real = ModelDrafter._start_thread
 
-    def record(self, work, *, prompt, previous=None):
+    def record(self, work, *, prompt, **kw):
         started.append((prompt, len(work()) if not prompt else None))
-        return real(self, work, prompt=prompt, previous=previous)
+        return real(self, work, prompt=prompt, **kw)
 
     monkeypatch.setattr(ModelDrafter, "_start_thread", record)
     with Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=1024, threads=1,

@@ -159,7 +159,10 @@ def test_speculation_controls_per_request(tiny):
         return r.choices[0].text, r.model_extra["timings"]
 
     text, t = ask(None)
-    assert t["drafter"] == "model" and t["draft_n"] > 0
+    # The default drafts with the model; whether its probes land in 40 tokens is the policy's
+    # call (the tiny draft is as large as the target: it starts paused), so only the fixed
+    # draft length below must draft.
+    assert t["drafter"] == "model"
     off_text, off = ask({"enabled": False})
     assert off["draft_n"] == 0 and off["drafter"] == "none"
     ngram_text, ng = ask({"drafter": "ngram"})

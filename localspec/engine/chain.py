@@ -71,8 +71,8 @@ class ChainDrafter:
               budget: float | None = None) -> Draft:
         plan = self._plan
         k_lookup, k_model = (k, k) if plan is None else (min(k, plan.k_lookup), min(k, plan.k_model))
-        if not self.model.ready:
-            k_model = 0      # still reading alongside: a lookup miss is a plain step
+        if not self.model.ready and (budget is None or self.model.busy_for() > budget):
+            k_model = 0      # reading alongside for longer than a plain step: a lookup miss is one
         d = self.lookup.draft(context, k_lookup, cfg, rng, gate)   # k 0: it only indexes the context
         if d.tokens:
             self.lookups += 1

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -180,6 +181,7 @@ class ModelDrafter:
         self._stand_in = max(0, ctx.model.eos) if ctx.model.eos < n_draft else 0
         self._reader: threading.Thread | None = None    # a read running alongside the target
         self._cancel = threading.Event()                 # set: stop it after its current chunk
+        self._done_at = 0.0                              # when it should be done (busy_for)
         self._read_error: BaseException | None = None
         self.alongside_seconds = 0.0   # decode time of reads that ran beside the target
 
@@ -292,7 +294,7 @@ class ModelDrafter:
         n = ctx.truncate(n)
         self._known = end
         todo = self._map(context[n:end])
-        self._start_thread(lambda: todo, prompt=False)
+        self._start_thread(lambda: todo, prompt=False, tokens=len(todo))
 
     def _defer(self, context: list[int], budget: float) -> bool:
         """Whether to leave this round to the target alone while the cache catches up
@@ -303,7 +305,9 @@ class ModelDrafter:
         few tokens) is never deferred; with no batch measured yet, more than a short batch's
         worth of tokens is taken as dear."""
         if not self.ready:
-            return True
+            if self.busy_for() > budget:
+                return True
+            self.settle()    # nearly done: waiting costs less than leaving the round
         if self.offset:
             return False
         behind = len(context) - 1 - min(self._known, len(self.ctx.tokens))
@@ -314,8 +318,12 @@ class ModelDrafter:
         return self._reader is not None
 
     def _start_thread(self, work: Callable[[], list[int]], *, prompt: bool,
-                      previous: threading.Thread | None = None) -> None:
+                      previous: threading.Thread | None = None, tokens: int | None = None) -> None:
         cancel = self._cancel = threading.Event()   # its own: stopping it stops no later read
+        per = self._per_token
+        # When it should be done (a catch-up of known length at the measured batch rate).
+        self._done_at = (time.perf_counter() + tokens * per if tokens is not None and per is not None
+                         else math.inf)
 
         def run():
             if previous is not None:
@@ -369,6 +377,13 @@ class ModelDrafter:
         """False while a read (a prompt, a catch-up) runs alongside: the round is the target's."""
         reader = self._reader
         return reader is None or not reader.is_alive()
+
+    def busy_for(self) -> float:
+        """Seconds until the read running alongside should be done (0: none runs; infinite
+        when unknown, as for a prompt's read)."""
+        if self.ready:
+            return 0.0
+        return max(self._done_at - time.perf_counter(), 0.0)
 
     def settle(self, wait: bool = True) -> None:
         """Wait for a read alongside; ``wait=False``: cancel a running one instead (it stops
