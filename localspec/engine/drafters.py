@@ -298,12 +298,13 @@ class ModelDrafter:
 
     def _defer(self, context: list[int], budget: float) -> bool:
         """Whether to leave this round to the target alone while the cache catches up
-        alongside: a catch-up still runs, or the one this draft needs would cost more (at the
-        measured batch rate) than the ``budget`` a plain target step takes, e.g. the tokens a
-        chain's lookups emitted, or everything since a pause. Drafting then starts one or
-        two plain steps later with little left to decode. A round's usual first decode (a
-        few tokens) is never deferred; with no batch measured yet, more than a short batch's
-        worth of tokens is taken as dear."""
+        alongside: a read still runs and should take longer than the ``budget`` (a plain
+        target step; a shorter one is waited for), or the catch-up this draft needs would
+        cost more than it at the measured batch rate (e.g. the tokens a chain's lookups
+        emitted, or everything since a pause). Drafting then starts one or two plain steps
+        later with little left to decode. A round's usual first decode (a few tokens) is
+        never deferred; with no batch measured yet, more than a short batch's worth of
+        tokens is taken as dear."""
         if not self.ready:
             if self.busy_for() > budget:
                 return True
