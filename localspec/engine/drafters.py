@@ -216,12 +216,10 @@ class ModelDrafter:
         row after its last token and how many tokens that took."""
         ctx = self.ctx
         if self.offset and self._cheap_catchup(len(context)):   # cheap now: re-read it all
-            self.offset = self._known = 0
-            ctx.clear()
+            self._whole_context()
+            self._known = 0
         view_len = len(context) - self.offset
-        known = min(self._known, view_len, len(ctx.tokens))
-        tail = self._map(context[self.offset + known:])
-        n = min(known + _common_prefix(ctx.tokens[known:], tail), view_len - 1)
+        n = self._held(context, view_len - 1)
         if len(context) > self.window and not self._cheap_catchup(view_len - n):
             self.offset = len(context) - self.window
             view_len = self.window
@@ -230,6 +228,14 @@ class ModelDrafter:
         todo = self._map(context[self.offset + n:])
         self._known = view_len
         return ctx.decode_rows(todo, 1), len(todo)
+
+    def _held(self, context: list[int], end: int) -> int:
+        """How many of the first ``end`` tokens of the context's view (after ``offset``) the
+        cache holds: only what follows the known part is compared."""
+        ctx = self.ctx
+        known = min(self._known, end, len(ctx.tokens))
+        o = self.offset
+        return known + _common_prefix(ctx.tokens[known:end], self._map(context[o + known:o + end]))
 
     def prefill(self, tokens: list[int], *, now: bool = True) -> None:
         """Decode a prompt (all but its last token, which each draft starts from); the one
@@ -249,9 +255,7 @@ class ModelDrafter:
     def _start_read(self, tokens: list[int], *, now: bool, alongside: bool) -> None:
         if not now:
             self.settle()
-            if self.offset:
-                self.offset = 0
-                self.ctx.clear()
+            self._whole_context()
             self._known = 0
             return
         head = self._map(tokens[:-1])
@@ -263,17 +267,19 @@ class ModelDrafter:
             self._start_thread(lambda: self._unread(head), prompt=True, previous=previous)
             return
         self.settle()
-        todo = self._unread(head)
         self._known = len(head)
-        self._read(lambda: todo, False, True)
+        self._read(lambda: self._unread(head), False, True)
+
+    def _whole_context(self) -> None:
+        """Leave a window restart: the cache holds the context from its first token again."""
+        if self.offset:
+            self.offset = 0
+            self.ctx.clear()
 
     def _unread(self, head: list[int]) -> list[int]:
         """Bring the cache to the longest prefix of ``head`` it holds; return the rest."""
-        ctx = self.ctx
-        if self.offset:
-            self.offset = 0
-            ctx.clear()
-        return head[ctx.truncate(_common_prefix(ctx.tokens, head)):]
+        self._whole_context()
+        return head[self.ctx.truncate(_common_prefix(self.ctx.tokens, head)):]
 
     def catch_up_alongside(self, context: list[int]) -> None:
         """Start decoding, on a thread of its own, the tokens of ``context`` (all but its
@@ -285,13 +291,11 @@ class ModelDrafter:
         if self.offset or not self.ready:
             return
         self.settle()
-        ctx = self.ctx
         end = len(context) - 1
-        known = min(self._known, end, len(ctx.tokens))
-        n = known + _common_prefix(ctx.tokens[known:end], self._map(context[known:end]))
+        n = self._held(context, end)
         if n >= end:
             return
-        n = ctx.truncate(n)
+        n = self.ctx.truncate(n)
         self._known = end
         todo = self._map(context[n:end])
         self._start_thread(lambda: todo, prompt=False, tokens=len(todo))
