@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import llama_cpp.llama_cpp as ll  # noqa: E402
+from llama_replay import Replay, ReplayDiverged  # noqa: E402
 from tiny_gguf import TinySpec, TinyZoo, bpe_vocab  # noqa: E402
 
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
@@ -53,16 +54,16 @@ def tiny(vocab: int, n_ctx_train: int, **kw) -> TinySpec:
 # calling thread, so (thread CPU time - this) is Python's own CPU time: unlike wall time it
 # does not grow when other processes share the cores (this machine is shared).
 _inside = [0.0]
-_real_decode = ll.llama_decode
 
 
-def _timed_decode(ctx, batch):
-    t = time.thread_time()
-    try:
-        return _real_decode(ctx, batch)
-    finally:
-        _inside[0] += time.thread_time() - t
-
+def _timed(decode):
+    def timed_decode(ctx, batch):
+        t = time.thread_time()
+        try:
+            return decode(ctx, batch)
+        finally:
+            _inside[0] += time.thread_time() - t
+    return timed_decode
 
 
 
@@ -89,16 +90,51 @@ def python_ms_per_token(done: Done) -> float:
     return 1000.0 * max(0.0, s.generation_seconds - s.decode_seconds) / max(1, s.n_generated)
 
 
+def replayed(replay: Replay, engine: Engine, prompt: list[int], spec: RunSpec, runs: int) -> dict:
+    """The loop alone: one run recorded, then played back ``runs`` times with llama.cpp's
+    compute taken out (scripts/llama_replay.py); each playback must emit the same tokens.
+    A first run leaves the caches as a run of this spec leaves them, so the recording and
+    every playback start from the same state. A playback that leaves the recording (it
+    happened once in many runs, cause not found) is recorded again, and counted."""
+    for attempt in range(1, 4):
+        run(engine, prompt, spec)
+        replay.record()
+        recorded = run(engine, prompt, spec)
+        wall, cpu = [], []
+        try:
+            for _ in range(runs):
+                replay.replay()
+                done, cpu_ms = run_timed(engine, prompt, spec)
+                if done.token_ids != recorded.token_ids:
+                    raise ReplayDiverged("a playback emitted other tokens than the recorded run")
+                wall.append(python_ms_per_token(done))
+                cpu.append(cpu_ms)
+        except ReplayDiverged as err:
+            print(f"replay attempt {attempt}: {err}", file=sys.stderr)
+            engine.reset()     # the caches no longer match the engine's mirror of them
+            continue
+        finally:
+            decodes = replay.recorded_decodes()
+            replay.off()
+        return {"replay_python_ms_per_token": round(statistics.median(wall), 4),
+                "replay_python_cpu_ms_per_token": round(statistics.median(cpu), 4),
+                "replay_python_cpu_ms_per_token_runs": [round(x, 4) for x in cpu],
+                "replay_decodes": decodes, "replay_attempts": attempt}
+    raise ReplayDiverged("three recordings in a row could not be played back")
+
+
 def overhead_grid(zoo: TinyZoo, vocabs, contexts, n: int, runs: int, threads: int,
-                  device_sampling: bool | None = None) -> list[dict]:
+                  device_sampling: bool | None = None, replay: Replay | None = None) -> list[dict]:
     rows = []
     rng_prompt = __import__("numpy").random.default_rng(0)
     for vocab in vocabs:
         n_ctx = max(contexts) + 2 * n + 64
         target = zoo.get(tiny(vocab, n_ctx), f"v{vocab}-target.gguf")
         draft = zoo.get(tiny(vocab, n_ctx, noise=0.1), f"v{vocab}-draft.gguf")
+        # The draft reads in line: the grid measures the loop, not the overlap of two threads
+        # (and a replay must see the same decodes in the same order as its recording).
         with Engine(EngineConfig(target=str(target), draft=str(draft), n_ctx=n_ctx, threads=threads,
-                                 device_sampling=device_sampling)) as e:
+                                 device_sampling=device_sampling, read_alongside=False)) as e:
             for ctx_len in contexts:
                 prompt = [int(t) for t in rng_prompt.integers(3, BASE_VOCAB, ctx_len)]
                 e.reset()
@@ -126,6 +162,8 @@ def overhead_grid(zoo: TinyZoo, vocabs, contexts, n: int, runs: int, threads: in
                             "prefill_seconds": round(prefill_s, 2),
                             "backend_sampling": e.target_ctx.device_chain is not None,
                         })
+                        if replay is not None:
+                            rows[-1].update(replayed(replay, e, prompt, spec, runs))
                         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -217,9 +255,16 @@ def main(argv=None) -> int:
                          "forced (on the CPU 'on' runs the GPU's code path, at a cost the CPU pays in decode)")
     ap.add_argument("--skip-side-by-side", action="store_true",
                     help="only the grid (no SmolLM2 sampling-vs-greedy or first-token runs)")
+    ap.add_argument("--replay", action="store_true",
+                    help="also play each grid cell back with llama.cpp's compute taken out (the loop's "
+                         "own Python per token, as on a GPU where llama.cpp does not share the core)")
     ap.add_argument("--out", default="docs/bench/overhead-cpu.json")
     args = ap.parse_args(argv)
-    ll.llama_decode = _timed_decode   # the CPU-time figure's hook (not installed on import)
+    # The CPU-time figure's hook (not installed on import); under --replay it times the
+    # replayed decode too, so the copy of recorded rows counts as decode, not as Python.
+    replay = Replay().install(wrap=_timed) if args.replay else None
+    if replay is None:
+        ll.llama_decode = _timed(ll.llama_decode)
     zoo = TinyZoo(Path(tempfile.mkdtemp(prefix="bench-overhead-")))
     t0 = time.time()
     result = {
@@ -239,7 +284,7 @@ def main(argv=None) -> int:
         print(json.dumps(result["first_token"]), flush=True)
     result["overhead"] = overhead_grid(zoo, [int(v) for v in args.vocabs.split(",") if v],
                                        [int(c) for c in args.contexts.split(",")], args.n, args.runs, args.threads,
-                                       device)
+                                       device, replay)
     result["seconds"] = round(time.time() - t0, 1)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
