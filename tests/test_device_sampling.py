@@ -12,7 +12,7 @@ from tiny_gguf import TinySpec
 
 from localspec.engine import SamplingConfig
 from localspec.engine.backend import Context, Model
-from localspec.engine.outputs import CONFIDENCE_K, DeviceChain, LogitRows, SampledRows, chain_for
+from localspec.engine.outputs import CONFIDENCE_K, DRAFT_TOP_K, DeviceChain, LogitRows, SampledRows, chain_for
 from localspec.engine.sampling import candidate_distribution, distribution
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -117,8 +117,13 @@ def test_a_larger_draft_vocabulary_never_reaches_the_target(zoo):
     assert spec.token_ids == base.token_ids
 
 
-def test_speculative_sampling_is_lossless(zoo):
-    cfg = SamplingConfig(temperature=1.0, top_k=8, top_p=0.9, min_p=0.02)
+@pytest.mark.parametrize("cfg, target_chain, draft_chain", [
+    (SamplingConfig(temperature=1.0, top_k=8, top_p=0.9, min_p=0.02), DeviceChain("top_k", 8), DeviceChain("top_k", 8)),
+    # Top-k off: the target reads full rows, the draft proposes from its top DRAFT_TOP_K on
+    # the device, fewer tokens than the target keeps on these flat models.
+    (SamplingConfig(temperature=1.0, top_k=0, top_p=0.97, min_p=0.0), None, DeviceChain("top_k", DRAFT_TOP_K)),
+], ids=["top-k", "top-k-off"])
+def test_speculative_sampling_is_lossless(zoo, cfg, target_chain, draft_chain):
     target = zoo.get(TinySpec(scale=0.35), "flat-target.gguf")
     draft = zoo.get(TinySpec(scale=0.35, noise=0.3), "flat-draft.gguf")
     with make_engine(target, draft, draft_max=3, device_sampling=True) as e:
@@ -126,7 +131,9 @@ def test_speculative_sampling_is_lossless(zoo):
         expected = exact_two_tokens(target, prompt, cfg)
         n = 2500
         counts, drafted, accepted = sample_pairs(e, prompt, cfg, n)
-        assert e.target_ctx.device_chain == DeviceChain("top_k", 8)
+        assert e.target_ctx.device_chain == target_chain and e.draft_ctx.device_chain == draft_chain
+    if cfg.top_k == 0:   # the target keeps more tokens than the draft offers
+        assert len({t1 for t1, _ in expected}) > DRAFT_TOP_K
     assert drafted > 0 and 0 < accepted < drafted, "both acceptance and rejection must occur"
     pval = chi_square_p(counts, expected, n)
     assert pval > ALPHA, f"speculative samples do not follow the target (p = {pval:.2e})"

@@ -21,7 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from .backend import Context
-from .outputs import Rows, chain_for
+from .outputs import Rows, chain_for, draft_settings
 from .sampling import Dist, SamplingConfig
 
 
@@ -420,6 +420,7 @@ class ModelDrafter:
         k = min(k, room)
         if k <= 0:
             return Draft([], [], 0.0, 0)
+        cfg = draft_settings(cfg, self.ctx.device_sampling)
         self.ctx.sample_on_device(chain_for(cfg, confidence=gate is not None))
         rows, synced = self._sync(context)
         t_sync = time.perf_counter() - t0

@@ -19,7 +19,7 @@ whole vocabulary: such runs keep full rows (:func:`chain_for` returns None).
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import llama_cpp.llama_cpp as ll
 import numpy as np
@@ -29,6 +29,10 @@ from .sampling import Dist, SamplingConfig, candidate_distribution, distribution
 # A draft's confidence (the top token's probability) comes from this many candidates: it
 # steers drafting, never what is emitted, and over-estimates only by the mass outside them.
 CONFIDENCE_K = 16
+
+# With top-k off, a draft sampling on the device proposes from this many of its most likely
+# tokens (llama.cpp's default top-k).
+DRAFT_TOP_K = 40
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,19 @@ def chain_for(cfg: SamplingConfig, *, confidence: bool) -> DeviceChain | None:
     if cfg.top_k > 0:
         return DeviceChain("top_k", cfg.top_k)
     return None
+
+
+def draft_settings(cfg: SamplingConfig, on_device: bool) -> SamplingConfig:
+    """The settings a draft proposes with. Rejection sampling makes the output the target's
+    for any proposal distribution, as long as the draft samples from the distribution it
+    reports; so with top-k off a draft that samples on the device proposes from its top
+    :data:`DRAFT_TOP_K` tokens (top-p, min-p and temperature as set) and hands Python k
+    candidates instead of a full row, while the target, whose rows need the whole
+    vocabulary's normaliser, still reads full rows. On full rows the draft keeps the run's
+    own settings (the same cost either way, and the acceptance of an untruncated draft)."""
+    if on_device and not cfg.greedy and cfg.top_k <= 0:
+        return replace(cfg, top_k=DRAFT_TOP_K)
+    return cfg
 
 
 class LogitRows:
