@@ -109,7 +109,9 @@ def bench(name, target, draft, prompt_text, *, mtp=False, mtp_file=None, device_
         for drafter in [DrafterKind.NONE, *drafters]:   # warm-up: first allocations, kernels
             run(e, prompt, RunSpec(drafter=drafter, max_tokens=8))
         for label, sampling in (("greedy", SamplingConfig(temperature=0.0)),
-                                ("sample", SamplingConfig(temperature=0.8, seed=1))):
+                                ("sample", SamplingConfig(temperature=0.8, seed=1)),
+                                # full target rows, the draft's top 40 on the device
+                                ("sample-topk-off", SamplingConfig(temperature=0.8, top_k=0, seed=1))):
             modes = [("target-only", DrafterKind.NONE)] + [
                 ("speculative" if d is DrafterKind.MODEL else "mtp", d) for d in drafters]
             runs = {mode: [] for mode, _ in modes}
