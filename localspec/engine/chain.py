@@ -73,15 +73,22 @@ class ChainDrafter:
         k_lookup, k_model = (k, k) if plan is None else (min(k, plan.k_lookup), min(k, plan.k_model))
         if not self.model.ready and (budget is None or self.model.busy_for() > budget):
             k_model = 0      # reading alongside for longer than a plain step: a lookup miss is one
-        d = self.lookup.draft(context, k_lookup, cfg, rng, gate)   # k 0: it only indexes the context
+        if k_lookup <= 0:
+            # Paused lookups cost nothing: the index takes in what went by at the next lookup.
+            d = Draft([], None, 0.0, 0)
+        else:
+            d = self.lookup.draft(context, k_lookup, cfg, rng, gate)
         if d.tokens:
             self.lookups += 1
             if budget is not None and k_model > 0:   # beside the target: keep the model close behind
                 self.model.catch_up_alongside(context)
             d.source = self.lookup.name
             return d
-        if k_model <= 0:     # the model is paused: a plain target step
-            return Draft([], None, d.seconds, 0, source="")
+        if k_model <= 0:
+            # The model is paused: a plain target step after the lookup's miss, which is the
+            # lookup's round (as alone, its policy learns what a miss costs, and may pause it).
+            d.source = self.lookup.name if d.steps else ""
+            return d
         m = self.model.draft(context, k_model, cfg, rng, gate, budget)
         # The lookup's time is part of this round's first (sync) step. A model that only
         # started catching up (no decode: steps 0) leaves a plain step, which no drafter drafted.
