@@ -13,7 +13,8 @@ Exactness: greedy takes llama.cpp's argmax. With top-k on, the device keeps the 
 candidates and their logits, and top-p, min-p and temperature run on those (llama.cpp's
 chain order: top-p normalises over the top-k set), so the distribution is the one the
 numpy path computes from the full row. With top-k off, top-p needs the normaliser over the
-whole vocabulary: such runs keep full rows (:func:`chain_for` returns None).
+whole vocabulary: the target keeps full rows (:func:`chain_for` returns None), and a draft
+sampling on the device proposes from its top 40 all the same (:func:`draft_settings`).
 """
 
 from __future__ import annotations
