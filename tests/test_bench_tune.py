@@ -110,6 +110,7 @@ def test_interrupted_sweep_keeps_finished_cells(tiny_target, tiny_draft, tmp_pat
     assert 1 <= len(data["cells"]) < 27
     assert all(len(c["runs"]) == 6 * 3 for c in data["cells"]), "only finished cells are kept"
     assert "overall" in stdout
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"   # the chart of what was kept
 
 
 @pytest.mark.parametrize("args,match", [

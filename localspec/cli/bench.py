@@ -184,12 +184,11 @@ def bench(**opts) -> int:
     chart = outputs[0].with_suffix(".png") if outputs else None
 
     def save(res):
+        """After each cell: what an interruption keeps. The chart is drawn once, at the end."""
         if opts["json_out"]:
             benchmark.write_json(res, Path(opts["json_out"]))
         if opts["csv_out"]:
             benchmark.write_csv(res, Path(opts["csv_out"]))
-        if chart is not None and res.cells:
-            benchmark.write_chart(res, chart)
 
     with _engine(opts, models, specs) as engine:
         click.echo(f"{len(cells)} settings x {len(prompts)} prompts x {opts['runs']} runs, "
@@ -199,6 +198,11 @@ def bench(**opts) -> int:
     if res is None or res.baseline is None:
         raise BadInput("interrupted before the first cell finished; nothing to report") if interrupted else \
             BadInput("no results")
+    # Drawn once, after the sweep (finished or interrupted), not after each cell: a cell's
+    # save is what an interruption keeps, and matplotlib's import and drawing (~0.5 s) need
+    # not run between cells.
+    if chart is not None and res.cells:
+        benchmark.write_chart(res, chart)
     click.echo(benchmark.table(res))
     for p in outputs + ([chart] if chart is not None and chart.exists() else []):
         click.echo(f"wrote {p}", err=True)
