@@ -6,7 +6,8 @@
 #
 # - llama-cpp-python 0.3.36's source (the sdist from pip's cache or PyPI) without what the
 #   build never reads: a git pack of llama.cpp's history, the vendored llama.cpp's vocabulary
-#   models, docs, benches, server and web UI (the sdist is 77 MB, more than a working tree may carry);
+#   models, docs, benches, server and web UI (the sdist is 77 MB, more than a working tree
+#   may carry);
 # - wheels of the pure-Python packages localspec's engine, CLI and tests import that a
 #   typical CUDA image lacks (gguf, platformdirs, diskcache).
 # gpu_check.sh uses .gpu/ when it is there: it builds from that source without build
