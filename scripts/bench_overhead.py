@@ -66,7 +66,6 @@ def _timed(decode):
     return timed_decode
 
 
-
 def run(engine: Engine, prompt: list[int], spec: RunSpec) -> Done:
     done = None
     for ev in engine.run(prompt, spec):
