@@ -89,7 +89,7 @@ class ChainPolicy:
         return self.model.gate()      # p_min is the draft model's stop rule
 
     def plain_step_seconds(self) -> float | None:
-        return self.model.verify_cost(1)   # every round's target cost reaches both policies
+        return self.model.plain_step_seconds()   # every round's target cost reaches both policies
 
     def observe(self, step: Step) -> str | None:
         """The drafter that drafted this round learns from all of it; the other one only

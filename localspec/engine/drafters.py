@@ -183,6 +183,7 @@ class ModelDrafter:
         self._cancel = threading.Event()                 # set: stop it after its current chunk
         self._done_at = 0.0                              # when it should be done (busy_for)
         self._read_error: BaseException | None = None
+        self._settings: tuple[SamplingConfig | None, SamplingConfig | None] = (None, None)  # run's -> draft's
         self.alongside_seconds = 0.0   # decode time of reads that ran beside the target
 
     # -- re-sync rule (issue 14): catch up fully when the measured cost says it is cheap ---
@@ -420,7 +421,9 @@ class ModelDrafter:
         k = min(k, room)
         if k <= 0:
             return Draft([], [], 0.0, 0)
-        cfg = draft_settings(cfg, self.ctx.device_sampling)
+        if cfg is not self._settings[0]:   # once per generation, not per round
+            self._settings = (cfg, draft_settings(cfg, self.ctx.device_sampling))
+        cfg = self._settings[1]
         self.ctx.sample_on_device(chain_for(cfg, confidence=gate is not None))
         rows, synced = self._sync(context)
         t_sync = time.perf_counter() - t0
