@@ -10,7 +10,7 @@ from test_sampling import ALPHA, chi_square_p, exact_two_tokens, sample_pairs
 from test_vocab_sizes import EXTRA
 from tiny_gguf import TinySpec
 
-from localspec.engine import SamplingConfig
+from localspec.engine import SamplingConfig, outputs
 from localspec.engine.backend import Context, Model
 from localspec.engine.outputs import CONFIDENCE_K, DRAFT_TOP_K, DeviceChain, LogitRows, SampledRows, chain_for
 from localspec.engine.sampling import candidate_distribution, distribution
@@ -41,8 +41,51 @@ def test_the_chain_follows_the_settings():
     assert chain_for(GREEDY, confidence=False) == DeviceChain("greedy")
     assert chain_for(GREEDY, confidence=True) == DeviceChain("top_k", CONFIDENCE_K)
     assert chain_for(CONFIGS[0], confidence=False) == DeviceChain("top_k", 40)
-    # Top-p over the whole vocabulary needs the whole row.
-    assert chain_for(SamplingConfig(top_k=0), confidence=False) is None
+    # Top-k off: the device runs top-p and min-p over the whole row; a draft's gate needs
+    # the top probability, which the kept set alone does not give.
+    assert chain_for(SamplingConfig(top_k=0), confidence=False) == DeviceChain("top_p", p=0.95, min_p=0.05)
+    assert chain_for(SamplingConfig(top_k=0), confidence=True) is None
+    # Min-p alone would leave the kept tokens scattered through the row: full rows.
+    assert chain_for(SamplingConfig(top_k=0, top_p=1.0), confidence=False) is None
+
+
+TOP_K_OFF = [
+    SamplingConfig(temperature=0.8, top_k=0, top_p=0.95, min_p=0.05),
+    SamplingConfig(temperature=1.2, top_k=0, top_p=0.5, min_p=0.0),
+    SamplingConfig(temperature=1.0, top_k=0, top_p=0.999, min_p=0.0),
+]
+
+
+def test_a_top_p_chain_keeps_what_the_full_row_keeps(tiny_target, monkeypatch):
+    """The device's top-p and min-p keep the tokens the numpy path keeps, with the same
+    probabilities, whether the kept set is one token or a large part of the vocabulary
+    (read from the sorted row in growing pieces: 16 logits first here, then 256, ...)."""
+    monkeypatch.setattr(outputs, "_PREFIX_FIRST", 16)
+    m = Model(str(tiny_target))
+    full = Context(m, n_ctx=256)
+    dev = Context(m, n_ctx=256, device_sampling=True)
+    prompt = m.tokenize("The quick brown fox jumps over")
+    sizes = set()
+    try:
+        for cfg in TOP_K_OFF:
+            full.clear()
+            dev.clear()
+            dev.sample_on_device(chain_for(cfg, confidence=False))
+            assert dev.device_chain is not None and dev.device_chain.kind == "top_p"
+            want = full.decode_rows(prompt, 4)
+            got = dev.decode_rows(prompt, 4)
+            assert isinstance(got, SampledRows)
+            for j in range(4):
+                a, b = got.dist(j, cfg), distribution(want.x[j], cfg)
+                np.testing.assert_array_equal(a.ids, b.ids)
+                np.testing.assert_allclose(a.probs, b.probs, rtol=1e-5)
+                assert got.argmax(j) == int(want.x[j].argmax())
+                sizes.add(len(a.ids))
+    finally:
+        full.close()
+        dev.close()
+        m.close()
+    assert min(sizes) <= 2 and max(sizes) > 16, "short and long kept sets"
 
 
 def test_sampled_rows_match_full_rows(tiny_target):
@@ -119,9 +162,11 @@ def test_a_larger_draft_vocabulary_never_reaches_the_target(zoo):
 
 @pytest.mark.parametrize("cfg, target_chain, draft_chain", [
     (SamplingConfig(temperature=1.0, top_k=8, top_p=0.9, min_p=0.02), DeviceChain("top_k", 8), DeviceChain("top_k", 8)),
-    # Top-k off: the target reads full rows, the draft proposes from its top DRAFT_TOP_K on
-    # the device, fewer tokens than the target keeps on these flat models.
-    (SamplingConfig(temperature=1.0, top_k=0, top_p=0.97, min_p=0.0), None, DeviceChain("top_k", DRAFT_TOP_K)),
+    # Top-k off: the target's top-p runs on the device over the whole row, the draft
+    # proposes from its top DRAFT_TOP_K, fewer tokens than the target keeps on these flat
+    # models.
+    (SamplingConfig(temperature=1.0, top_k=0, top_p=0.97, min_p=0.0), DeviceChain("top_p", p=0.97),
+     DeviceChain("top_k", DRAFT_TOP_K)),
 ], ids=["top-k", "top-k-off"])
 def test_speculative_sampling_is_lossless(zoo, cfg, target_chain, draft_chain):
     target = zoo.get(TinySpec(scale=0.35), "flat-target.gguf")

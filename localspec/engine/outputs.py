@@ -13,8 +13,11 @@ Exactness: greedy takes llama.cpp's argmax. With top-k on, the device keeps the 
 candidates and their logits, and top-p, min-p and temperature run on those (llama.cpp's
 chain order: top-p normalises over the top-k set), so the distribution is the one the
 numpy path computes from the full row. With top-k off, top-p needs the normaliser over the
-whole vocabulary: the target keeps full rows (:func:`chain_for` returns None), and a draft
-sampling on the device proposes from its top 40 all the same (:func:`draft_settings`).
+whole vocabulary, so the device runs top-p and min-p themselves: llama.cpp's backend top-p
+sorts the row and masks what it drops with -inf, so the kept tokens are the row's finite
+prefix and Python reads only that prefix (a few hundred bytes of a 1 MB row); temperature
+is applied to them here. A draft sampling on the device proposes from its top 40 instead
+(:func:`draft_settings`), which is cheaper on the device and as good for acceptance.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass, replace
 import llama_cpp.llama_cpp as ll
 import numpy as np
 
-from .sampling import Dist, SamplingConfig, candidate_distribution, distribution, top_probability
+from .sampling import Dist, SamplingConfig, candidate_distribution, distribution, kept_distribution, top_probability
 
 # A draft's confidence (the top token's probability) comes from this many candidates: it
 # steers drafting, never what is emitted, and over-estimates only by the mass outside them.
@@ -38,26 +41,42 @@ DRAFT_TOP_K = 40
 
 @dataclass(frozen=True)
 class DeviceChain:
-    """A backend sampler chain: "greedy" (llama.cpp's argmax) or "top_k" (keep k candidates)."""
+    """A backend sampler chain: "greedy" (llama.cpp's argmax), "top_k" (keep k candidates)
+    or "top_p" (top-p ``p`` then min-p ``min_p`` over the whole row, which comes back
+    sorted, the dropped tokens at -inf)."""
 
     kind: str
     k: int = 0
+    p: float = 1.0
+    min_p: float = 0.0
 
     def build(self):
         """A new llama.cpp sampler chain (one chain object serves one context, once)."""
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
-        one = ll.llama_sampler_init_greedy() if self.kind == "greedy" else ll.llama_sampler_init_top_k(self.k)
-        ll.llama_sampler_chain_add(chain, one)
+        if self.kind == "greedy":
+            parts = [ll.llama_sampler_init_greedy()]
+        elif self.kind == "top_k":
+            parts = [ll.llama_sampler_init_top_k(self.k)]
+        else:
+            parts = [ll.llama_sampler_init_top_p(self.p, 1)]
+            if self.min_p > 0.0:
+                parts.append(ll.llama_sampler_init_min_p(self.min_p, 1))
+        for part in parts:
+            ll.llama_sampler_chain_add(chain, part)
         return chain
 
 
 def chain_for(cfg: SamplingConfig, *, confidence: bool) -> DeviceChain | None:
-    """The backend chain for these settings, or None when full rows are needed (top-k off).
-    ``confidence``: the caller also needs the top probability (a draft's gate)."""
+    """The backend chain for these settings, or None when full rows are needed.
+    ``confidence``: the caller also needs the top probability (a draft's gate), which a
+    top-p chain does not give (its kept set is all that comes back)."""
     if cfg.greedy:
         return DeviceChain("top_k", CONFIDENCE_K) if confidence else DeviceChain("greedy")
     if cfg.top_k > 0:
         return DeviceChain("top_k", cfg.top_k)
+    if cfg.top_p < 1.0 and not confidence:
+        # Only top-p sorts the row; min-p alone would leave the kept tokens scattered.
+        return DeviceChain("top_p", p=cfg.top_p, min_p=cfg.min_p)
     return None
 
 
@@ -65,10 +84,10 @@ def draft_settings(cfg: SamplingConfig, on_device: bool) -> SamplingConfig:
     """The settings a draft proposes with. Rejection sampling makes the output the target's
     for any proposal distribution, as long as the draft samples from the distribution it
     reports; so with top-k off a draft that samples on the device proposes from its top
-    :data:`DRAFT_TOP_K` tokens (top-p, min-p and temperature as set) and hands Python k
-    candidates instead of a full row, while the target, whose rows need the whole
-    vocabulary's normaliser, still reads full rows. On full rows the draft keeps the run's
-    own settings (the same cost either way, and the acceptance of an untruncated draft)."""
+    :data:`DRAFT_TOP_K` tokens (top-p, min-p and temperature as set): k candidates leave
+    the device instead of a whole sorted row, and a confidence comes with them. On full
+    rows the draft keeps the run's own settings (the same cost either way, and the
+    acceptance of an untruncated draft)."""
     if on_device and not cfg.greedy and cfg.top_k <= 0:
         return replace(cfg, top_k=DRAFT_TOP_K)
     return cfg
@@ -100,9 +119,28 @@ def _array(ptr, n: int, dtype) -> np.ndarray:
     return np.frombuffer(ctypes.string_at(ptr, n * 4), dtype=dtype)
 
 
+_PREFIX_FIRST = 256   # logits read first from a sorted row; then 16 times more, as needed
+
+
+def _finite_prefix(ptr, n: int) -> np.ndarray:
+    """The finite head of a row of ``n`` logits sorted in descending order (-inf after it),
+    read in growing pieces so a short head costs a short read."""
+    m = _PREFIX_FIRST
+    while True:
+        x = _array(ptr, min(m, n), np.float32)
+        if x.shape[0] == n or x[-1] == -np.inf:
+            break
+        m *= 16
+    k = int(np.count_nonzero(x > -np.inf))
+    if k == 0:
+        raise RuntimeError("the backend sampler kept no token")
+    return x[:k]
+
+
 class SampledRows:
     """The last decode's output rows as the backend sampler left them: the chosen token
-    ("greedy") or the top-k candidates with their logits ("top_k")."""
+    ("greedy"), the top-k candidates with their logits ("top_k"), or the tokens top-p and
+    min-p kept, in descending order ("top_p")."""
 
     __slots__ = ("ptr", "n", "chain", "_cand")
 
@@ -124,8 +162,14 @@ class SampledRows:
             m = ll.llama_get_sampled_logits_count_ith(self.ptr, i)
             if c == 0 or c != m:
                 raise RuntimeError(f"the backend sampler left {c} candidates and {m} logits")
+            logits_ptr = ll.llama_get_sampled_logits_ith(self.ptr, i)
+            if self.chain.kind == "top_p":
+                logits = _finite_prefix(logits_ptr, c)
+                c = logits.shape[0]
+            else:
+                logits = _array(logits_ptr, c, np.float32)
             ids = _array(ll.llama_get_sampled_candidates_ith(self.ptr, i), c, np.int32).astype(np.int64)
-            got = self._cand[j] = (ids, _array(ll.llama_get_sampled_logits_ith(self.ptr, i), c, np.float32))
+            got = self._cand[j] = (ids, logits)
         if limit is not None and int(got[0].max()) >= limit:
             keep = got[0] < limit
             if not keep.any():
@@ -143,6 +187,10 @@ class SampledRows:
         if cfg.greedy:
             return Dist.onehot(self.argmax(j, limit))
         ids, logits = self.candidates(j, limit)
+        if self.chain.kind == "top_p":
+            if limit is not None:
+                raise ValueError("a top-p chain's kept set cannot be cut to a smaller vocabulary")
+            return kept_distribution(ids, logits, cfg.temperature)
         return candidate_distribution(ids, logits, cfg)
 
     def top_probability(self, j: int, limit: int | None = None) -> float:

@@ -164,6 +164,13 @@ def candidate_distribution(ids: np.ndarray, logits: np.ndarray, cfg: SamplingCon
     return Dist(kept[back], _softmax(x[:m][back] / temp))
 
 
+def kept_distribution(ids: np.ndarray, logits: np.ndarray, temperature: float) -> Dist:
+    """The distribution over tokens that the filters already kept (llama.cpp's backend top-p
+    and min-p, ids in any order): only temperature is left to apply."""
+    order = np.argsort(ids)
+    return Dist(ids[order], _softmax(logits[order].astype(np.float64) / temperature))
+
+
 def _kept(x: np.ndarray, top: float, cut: float, k: int, top_p: float, min_p: float) -> np.ndarray | None:
     """The kept ids if the candidates at or above ``cut`` decide them, else None."""
     n = x.shape[0]
