@@ -3,6 +3,7 @@ candidates leave the device) gives exactly what the full rows of logits give: th
 greedy output, the same sampling distributions, lossless speculative sampling. On a GPU it
 is on by default; here it is forced on, on the CPU, to run the same code."""
 
+import llama_cpp.llama_cpp as ll
 import numpy as np
 import pytest
 from conftest import make_engine, run_to_done
@@ -11,7 +12,7 @@ from test_vocab_sizes import EXTRA
 from tiny_gguf import TinySpec
 
 from localspec.engine import SamplingConfig, outputs
-from localspec.engine.backend import Context, Model
+from localspec.engine.backend import Context, Model, _runs_on_backend
 from localspec.engine.outputs import CONFIDENCE_K, DRAFT_TOP_K, DeviceChain, LogitRows, SampledRows, chain_for
 from localspec.engine.sampling import candidate_distribution, distribution
 
@@ -182,3 +183,25 @@ def test_speculative_sampling_is_lossless(zoo, cfg, target_chain, draft_chain):
     assert drafted > 0 and 0 < accepted < drafted, "both acceptance and rejection must occur"
     pval = chi_square_p(counts, expected, n)
     assert pval > ALPHA, f"speculative samples do not follow the target (p = {pval:.2e})"
+
+
+def test_a_chain_only_partly_on_the_device_is_not_used(tiny_target):
+    """Rows that one of the chain's samplers never touched would give the wrong distribution."""
+    m = Model(str(tiny_target))
+    c = Context(m, n_ctx=64, device_sampling=True)
+    chains = []
+    try:
+        for second in (ll.llama_sampler_init_min_p(0.05, 1), ll.llama_sampler_init_typical(0.9, 1)):
+            chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(0.9, 1))
+            ll.llama_sampler_chain_add(chain, second)
+            chains.append(chain)
+            ll.llama_set_sampler(c.ptr, 0, chain)
+            ll.llama_set_sampler(c.ptr, 0, None)
+        on, partly = (_runs_on_backend(ch) for ch in chains)
+        assert on and not partly, "typical sampling has no backend version"
+    finally:
+        for ch in chains:
+            ll.llama_sampler_free(ch)
+        c.close()
+        m.close()

@@ -67,9 +67,11 @@ def last_log_error() -> str:
 
 
 def _runs_on_backend(chain) -> bool:
-    """Whether llama.cpp put the chain's sampler into the graph: once set, a sampler's name
-    reads "+name" when the device runs it and "-name" when it cannot (no sampled rows then)."""
-    return (ll.llama_sampler_name(ll.llama_sampler_chain_get(chain, 0)) or b"").startswith(b"+")
+    """Whether llama.cpp put every sampler of the chain into the graph: once set, a sampler's
+    name reads "+name" when the device runs it and "-name" when it cannot (a chain only partly
+    on the device would hand back rows that some of its samplers never touched)."""
+    return all((ll.llama_sampler_name(ll.llama_sampler_chain_get(chain, i)) or b"").startswith(b"+")
+               for i in range(ll.llama_sampler_chain_n(chain)))
 
 
 def system_info() -> str:
