@@ -206,6 +206,23 @@ def test_pair_with_known_costs_starts_where_the_last_run_ended():
     assert all(k > 0 for k, *_ in log), "the target step is known: no plain measuring rounds"
 
 
+def test_costs_learned_at_a_longer_context_move_with_the_fresh_ones():
+    """The last generation ended at a long context where every target step cost 3x what it
+    costs now. Seeded at K=5, only the batch of 6 is measured again; the batch of 9 must not
+    keep its stale cost (it would never look worth trying), so K grows to where it pays."""
+    def cost(b, level):
+        return level * 0.010 * (1 + 0.3 * (b - 1))
+    learned = {"version": 1, "verify": {"1": cost(1, 3), "6": cost(6, 3), "9": cost(9, 3)},
+               "draft_sync": 0.0003, "draft_step": 0.0003, "multi": True, "catchup": None,
+               "accept": [50.0, 1.0], "k": 5, "drafting": True, "speedup": 1.5, "noise": 0.02}
+    p = AdaptivePolicy(1, 8, learned=learned)
+    ks = simulate(p, target_step=0.010, draft_step=0.0003, accept=0.98, per_token_verify=0.3, rounds=60)
+    assert ks[0] == 5
+    late = [k for k in ks[-30:] if k]
+    assert sum(k >= 6 for k in late) > 0.8 * len(late), ks
+    assert p.verify_cost(9) == pytest.approx(cost(9, 1), rel=0.05)
+
+
 def test_damaged_learned_state_is_ignored():
     p = AdaptivePolicy(1, 8, learned={"verify": {"1": "x"}, "draft_sync": None})
     assert not p.seeded and p.next_k() == 3

@@ -277,7 +277,7 @@ class AdaptivePolicy:
             return None
         return {
             "version": 1,
-            "verify": {str(b): s.value for b, s in sorted(self._verify.items()) if s.value is not None},
+            "verify": {str(b): v for b, v in sorted(self._verify_values().items())},
             "draft_sync": self._sync.value,
             "draft_step": self._step.value,
             "multi": self._multi,
@@ -337,7 +337,7 @@ class AdaptivePolicy:
         if pts is None:
             low = self._low() if optimistic else 1.0
             pts = self._points[optimistic] = sorted(
-                (b, s.value * (low if b > 1 else 1.0)) for b, s in self._verify.items() if s.value is not None)
+                (b, v * (low if b > 1 else 1.0)) for b, v in self._verify_values().items())
         if not pts:
             return None
         sizes = [b for b, _ in pts]
@@ -360,6 +360,17 @@ class AdaptivePolicy:
             if b0 < n < b1:
                 return t0 + (t1 - t0) * (n - b0) / (b1 - b0)
         return pts[-1][1]  # pragma: no cover
+
+    def _verify_values(self) -> dict[int, float]:
+        """The target's cost by batch size. A size not measured in this generation keeps the
+        last one's cost, moved by as much as the sizes measured again have moved since: the
+        costs rise together with the context (a generation ends at a longer context than
+        the next begins) and with the machine's speed, and a stale dear batch size would
+        never be tried again to correct itself."""
+        moved = sorted(s.value / s.prior for s in self._verify.values() if s.n and s.prior)
+        drift = moved[len(moved) // 2] if moved else 1.0
+        return {b: s.value * (drift if not s.n else 1.0)
+                for b, s in self._verify.items() if s.value is not None}
 
     def _noise(self) -> float | None:
         """The relative error of the best-sampled target cost (the machine's noise), once it
@@ -700,7 +711,7 @@ class AdaptivePolicy:
             "target_step_samples": self._verify[1].n if 1 in self._verify else 0,
             "draft_cost_ratio": (cd / c1) if (c1 and cd) else None,
             "catchup_seconds_per_token": self._catchup,
-            "verify_seconds_by_batch": {str(b): s.value for b, s in sorted(self._verify.items())},
+            "verify_seconds_by_batch": {str(b): v for b, v in sorted(self._verify_values().items())},
             "acceptance": mean,
             "acceptance_interval": [lo, up],
             "acceptance_recent": self.acceptance(),
