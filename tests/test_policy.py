@@ -298,3 +298,22 @@ def test_rounds_of_another_drafter_only_add_the_targets_cost():
         assert p.observe_other(other) is None
     assert p._verify[1].n == rounds + gap and p._since_probe == before + gap
     assert not p.drafting and p.next_k() > 0 and p.probe      # due for a probe, still paused
+
+
+def test_costs_by_size_interpolate_and_extend():
+    """The target's cost at every batch size from a few measured ones, as verify_cost gives it."""
+    from localspec.engine.policy import _costs_by_size
+
+    assert _costs_by_size([], 5) == []
+    one = _costs_by_size([(2, 0.010)], 4)
+    assert one[2] == pytest.approx(0.010) and one[4] == pytest.approx(0.010 * 1.15)
+    t = _costs_by_size([(2, 0.010), (4, 0.014), (6, 0.022)], 9)
+    assert t[2] == 0.010 and t[4] == 0.014 and t[3] == pytest.approx(0.012)
+    assert t[5] == pytest.approx(0.018)
+    assert t[1] == pytest.approx(0.008)                       # the first segment's slope, below
+    assert t[8] == pytest.approx(min(0.022 + 2 * 0.004, 0.022 * 8 / 6))   # capped per token above
+    p = AdaptivePolicy(1, 8)
+    from localspec.engine.policy import _Samples
+    p._verify = {2: _Samples(0.010), 4: _Samples(0.014), 6: _Samples(0.022)}
+    assert [p.verify_cost(n) for n in range(1, 10)] == pytest.approx(t[1:])
+    assert p.verify_cost(40) == pytest.approx(0.022 * 40 / 6)  # past the table: extended on demand

@@ -197,6 +197,43 @@ def beta_bounds(succ: float, fail: float, z: float = _Z) -> tuple[float, float, 
     return mean, max(mean - z * sd, 0.0), min(mean + z * sd, 1.0)
 
 
+def _costs_by_size(pts: list[tuple[int, float]], top: int) -> list[float]:
+    """Target seconds for every batch size 1..top from the measured (size, seconds) points:
+    measured, interpolated between measured sizes, or extended past the largest with the
+    slope of the last segment (capped at the largest batch's cost per token) and below the
+    smallest with the first segment's. Index 0 is unused; empty without points."""
+    if not pts:
+        return []
+    out = [0.0] * (top + 1)
+    if len(pts) == 1:
+        b, t = pts[0]
+        for n in range(1, top + 1):
+            out[n] = max(t * (1.0 + 0.15 * (n - b) / max(b, 1)), 1e-9)
+        return out
+    (b0, t0), (b1, t1) = pts[0], pts[1]
+    first_slope = max((t1 - t0) / (b1 - b0), 0.0)
+    (c0, u0), (c1, u1) = pts[-2], pts[-1]
+    last_slope = max((u1 - u0) / (c1 - c0), 0.0)
+    j = 0
+    for n in range(1, top + 1):
+        if n < b0:
+            out[n] = max(t0 - first_slope * (b0 - n), t0 * n / b0, 1e-9)
+        elif n > c1:
+            # Never more per token than the largest measured batch: batching only shares a
+            # step's cost (a noisy steep segment must not make every longer draft look dear,
+            # which kept K low on a pair that pays).
+            out[n] = min(u1 + last_slope * (n - c1), u1 * n / c1)
+        else:
+            while pts[j + 1][0] < n:
+                j += 1
+            (lo, t_lo), (hi, t_hi) = pts[j], pts[j + 1]
+            if n == lo or n == hi:
+                out[n] = max(t_lo if n == lo else t_hi, 1e-9)
+            else:
+                out[n] = t_lo + (t_hi - t_lo) * (n - lo) / (hi - lo)
+    return out
+
+
 class AdaptivePolicy:
     """Choose K each round for the most tokens per second, pausing when drafting loses."""
 
@@ -333,33 +370,18 @@ class AdaptivePolicy:
         sizes, or extended past the largest with the slope of the last segment (capped at
         the largest batch's cost per token). Optimistic: verify batches (not the plain step)
         at the low end of their intervals."""
-        pts = self._points.get(optimistic)
-        if pts is None:
+        table = self._verify_table(optimistic, n)
+        return None if table is None else table[n]
+
+    def _verify_table(self, optimistic: bool, upto: int = 0) -> list[float] | None:
+        """verify_cost(n) for every n from 1 to at least the longest draft + 2 (index 0
+        unused), worked out once per round: each round's predictions read it many times."""
+        table = self._points.get(optimistic)
+        if table is None or len(table) <= upto:
             low = self._low() if optimistic else 1.0
-            pts = self._points[optimistic] = sorted(
-                (b, v * (low if b > 1 else 1.0)) for b, v in self._verify_values().items())
-        if not pts:
-            return None
-        sizes = [b for b, _ in pts]
-        if n in sizes:
-            return max(pts[sizes.index(n)][1], 1e-9)
-        if len(pts) == 1:
-            b, t = pts[0]
-            return max(t * (1.0 + 0.15 * (n - b) / max(b, 1)), 1e-9)
-        if n > sizes[-1]:
-            # The last segment's slope, but never more per token than the largest measured
-            # batch: batching only shares a step's cost (a noisy steep segment must not make
-            # every longer draft look dear, which kept K low on a pair that pays).
-            (b0, t0), (b1, t1) = pts[-2], pts[-1]
-            return min(t1 + max((t1 - t0) / (b1 - b0), 0.0) * (n - b1), t1 * n / b1)
-        if n < sizes[0]:
-            (b0, t0), (b1, t1) = pts[0], pts[1]
-            slope = max((t1 - t0) / (b1 - b0), 0.0)
-            return max(t0 - slope * (b0 - n), t0 * n / b0, 1e-9)
-        for (b0, t0), (b1, t1) in zip(pts, pts[1:]):
-            if b0 < n < b1:
-                return t0 + (t1 - t0) * (n - b0) / (b1 - b0)
-        return pts[-1][1]  # pragma: no cover
+            pts = sorted((b, v * (low if b > 1 else 1.0)) for b, v in self._verify_values().items())
+            table = self._points[optimistic] = _costs_by_size(pts, max(upto, self._ladder[-1] + 2))
+        return table or None
 
     def _verify_values(self) -> dict[int, float]:
         """The target's cost by batch size. A size not measured in this generation keeps the
@@ -383,23 +405,6 @@ class AdaptivePolicy:
         noise = self._noise()
         return max(1.0 - _Z * (0.5 if noise is None else noise), 0.5)
 
-    def _verify_at(self, x: float, optimistic: bool = False) -> float:
-        """Target decode seconds at a fractional batch size (an expectation)."""
-        lo = int(x)
-        a = self.verify_cost(lo, optimistic) or 0.0
-        b = self.verify_cost(lo + 1, optimistic) or a
-        return a + (x - lo) * (b - a)
-
-    def _continue_rate(self, i: int) -> float:
-        """P(the draft goes on to position i | it drafted position i - 1)."""
-        return (self._made[i] + 1.0) / (self._tried[i] + 1.0)
-
-    def _accept_rate(self, i: int) -> float:
-        """P(position i accepted | drafted, every earlier one accepted): the position's own
-        counts pulled towards the pooled posterior mean."""
-        pool = self._succ / (self._succ + self._fail)
-        return (self._accepted[i] + _POSITION_PRIOR * pool) / (self._judged[i] + _POSITION_PRIOR)
-
     def _curve(self, alpha: float | None = None, optimistic: bool = False) -> dict[int, tuple[float, float]]:
         """(expected tokens, expected seconds) of a round for every K on the ladder, in one pass
         over the draft positions; ``alpha`` replaces the measured acceptance at every position,
@@ -409,27 +414,35 @@ class AdaptivePolicy:
         if out is not None:
             return out
         out = self._curves[key] = {}
-        c1 = self.verify_cost(1, optimistic)
+        table = self._verify_table(optimistic)
         sync = self._sync.value
-        if c1 is None or sync is None:
+        if table is None or sync is None:
             return out
-        out[0] = (1.0, c1)
+        out[0] = (1.0, table[1])
         step = (self._step.value if self._step.value is not None else sync) if self._multi else 0.0
         if optimistic:
             low = self._low()
             sync, step = sync * low, step * low
+        fixed = self.round_extra + sync
+        # Per position i: cont = P(the draft goes on to i | it drafted i - 1); the acceptance
+        # P(i accepted | drafted, all before accepted) is the position's own counts pulled
+        # towards the pooled posterior mean. Inlined: every round builds a few curves.
+        made, tried, accepted, judged = self._made, self._tried, self._accepted, self._judged
+        pool = _POSITION_PRIOR * self._succ / (self._succ + self._fail)
+        ladder = self._ladder_set
         tokens, drafted = 1.0, 0.0
         p_made, p_ok = 1.0, 1.0     # P(position i drafted), P(positions 1..i all accepted)
-        top = self._ladder[-1]
-        for i in range(1, top + 1):
-            cont = self._continue_rate(i)
+        for i in range(1, self._ladder[-1] + 1):
+            cont = (made[i] + 1.0) / (tried[i] + 1.0)
             p_made *= cont
-            p_ok *= cont * (self._accept_rate(i) if alpha is None else alpha)
+            p_ok *= cont * ((accepted[i] + pool) / (judged[i] + _POSITION_PRIOR) if alpha is None else alpha)
             drafted += p_made
             tokens += p_ok
-            if i in self._ladder_set:
-                out[i] = (tokens, self.round_extra + sync + step * max(drafted - 1.0, 0.0)
-                          + self._verify_at(1.0 + drafted, optimistic))
+            if i in ladder:
+                x = 1.0 + drafted    # the expected verify batch, between two integer sizes
+                lo = int(x)
+                verify = table[lo] + (x - lo) * (table[lo + 1] - table[lo])
+                out[i] = (tokens, fixed + step * max(drafted - 1.0, 0.0) + verify)
         return out
 
     def predict(self, k: int, alpha: float | None = None, optimistic: bool = False) -> tuple[float, float] | None:
@@ -456,13 +469,16 @@ class AdaptivePolicy:
         errors; cost-only: every draft accepted (no acceptance can beat it)."""
         mean, _, a_hi = beta_bounds(self._succ, self._fail)
         exp = hi = cost_only = 0.0
+        curves = (self._curve(), self._curve(max(a_hi, mean)),
+                  self._curve(optimistic=True),             # low costs, measured acceptance
+                  self._curve(1.0, optimistic=True))
+        if any(0 not in c for c in curves):
+            return exp, hi, cost_only
         for k in self._ladder:
-            s = self.speedup(k) or 0.0
-            sa = self.speedup(k, alpha=max(a_hi, mean)) or 0.0
-            sc = self.speedup(k, optimistic=True) or 0.0   # low costs, measured acceptance
+            s, sa, sc, so = (c[k][0] / c[k][1] * c[0][1] for c in curves)
             exp = max(exp, s)
             hi = max(hi, s + math.hypot(max(sa - s, 0.0), max(sc - s, 0.0)))
-            cost_only = max(cost_only, self.speedup(k, alpha=1.0, optimistic=True) or 0.0)
+            cost_only = max(cost_only, so)
         return exp, hi, cost_only
 
     def _probe_interval(self, k: int) -> int:
