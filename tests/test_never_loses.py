@@ -190,12 +190,17 @@ def test_a_paused_lookup_costs_nothing_in_a_chain(tiny_draft):
 
 
 def test_ngram_lookups_are_measured_by_the_policy(tiny_target):
-    """Prompt lookup reports its lookups as drafting steps: the policy knows their cost."""
+    """Prompt lookup reports its lookups as drafting steps: the policy knows their cost, and
+    what a lookup round costs beyond the decodes (next to this toy's ~0.1 ms target step the
+    loop's Python decides whether lookups that find little pay)."""
     with make_engine(tiny_target, drafter="ngram", fixed_k=False, draft_max=8, p_min=None) as e:
-        done, _ = run_to_done(e, e.tokenize("one two three one two three one two"), sampling=GREEDY,
-                              max_tokens=80)
+        done, events = run_to_done(e, e.tokenize("one two three one two three one two"), sampling=GREEDY,
+                                   max_tokens=80)
     assert done.policy["draft_step_seconds"] is not None and done.policy["draft_cost_ratio"] < 1
-    assert done.summary.drafted > 0
+    lookups = [ev for ev in events if isinstance(ev, Step) and ev.k > 0 and ev.draft_steps > 0]
+    assert lookups
+    beyond = done.policy["round_seconds_beyond_decodes"]
+    assert beyond["plain"] is not None and (beyond["drafting"] is not None or len(lookups) == 1)
 
 
 def test_chain_drafter_is_lossless_and_uses_both(tiny_target, tiny_draft):

@@ -8,16 +8,21 @@ from localspec.errors import BadInput
 
 
 def simulate(policy, *, target_step, draft_step, accept, per_token_verify, rounds=200,
-             catchup_per_token=0.0, log=None, lookup_hit=None):
+             catchup_per_token=0.0, log=None, lookup_hit=None, overhead=None):
     """Feed the policy rounds whose costs and acceptance follow a simple model.
 
     ``accept`` is a number or a function of the token count so far; ``log`` collects
     (k, seconds, emitted, probe) per round. With ``lookup_hit`` the drafter is an n-gram
     lookup: one cheap step (``draft_step``) that finds a k-token match with that chance.
+    ``overhead``: (drafting, plain) seconds a round costs beyond its decodes, on a simulated
+    clock the policy reads (without it, rounds take no time beyond their decodes).
     """
     import random
 
     rnd = random.Random(0)
+    now = [0.0]
+    if overhead is not None:
+        policy._clock = lambda: now[0]
     ks = []
     tokens = 0
     behind = 0   # tokens the draft has not seen (it only reads while drafting)
@@ -40,6 +45,8 @@ def simulate(policy, *, target_step, draft_step, accept, per_token_verify, round
             sync_s = (draft_step + catchup_per_token * (sync_tokens - 1)) if drafted else 0.0
             draft_s = sync_s + draft_step * max(drafted - 1, 0)
         verify_s = target_step * (1 + per_token_verify * drafted)
+        if overhead is not None:
+            now[0] += draft_s + verify_s + overhead[0 if k and steps else 1]
         policy.observe(Step(
             index=len(ks) - 1, k=k, drafted=drafted, accepted=a, emitted=a + 1, draft_seconds=draft_s,
             verify_seconds=verify_s, drafting=policy.drafting, draft_steps=steps, verify_batch=drafted + 1,
@@ -171,6 +178,27 @@ def test_ngram_drafter_that_loses_pauses():
     assert est["draft_cost_ratio"] < 0.01 and est["acceptance"] < 0.3
     late = log[100:]
     assert sum(1 for k, *_ in late if k > 0) / len(late) < 0.1
+
+
+def test_rounds_that_cost_more_than_their_decodes_say_are_counted():
+    """Next to a fast target step (0.1 ms) the loop's own time decides: lookups that cost
+    5 us by their own clock but 150 us more a round than a plain round in all (the loop's
+    Python) lose, though their decodes alone say they pay; next to a 20 ms step the same
+    150 us is noise and drafting goes on."""
+    fast = AdaptivePolicy(1, 8)
+    simulate(fast, target_step=0.0001, draft_step=0.000005, accept=0.5, per_token_verify=0.05,
+             lookup_hit=0.5, rounds=120, overhead=(0.00018, 0.00003))
+    assert not fast.drafting
+    beyond = fast.estimates()["round_seconds_beyond_decodes"]
+    assert beyond["drafting"] == pytest.approx(0.00018) and beyond["plain"] == pytest.approx(0.00003)
+    unaware = AdaptivePolicy(1, 8)
+    simulate(unaware, target_step=0.0001, draft_step=0.000005, accept=0.5, per_token_verify=0.05,
+             lookup_hit=0.5, rounds=120)
+    assert unaware.drafting, "by the decodes alone the lookups pay"
+    slow = AdaptivePolicy(1, 8)
+    simulate(slow, target_step=0.020, draft_step=0.000005, accept=0.5, per_token_verify=0.05,
+             lookup_hit=0.5, rounds=120, overhead=(0.00018, 0.00003))
+    assert slow.drafting
 
 
 def test_ngram_drafter_that_pays_keeps_drafting():

@@ -29,6 +29,7 @@ generation starts from the last one's costs and (weakly) its acceptance.
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -268,6 +269,13 @@ class AdaptivePolicy:
         # Seconds every drafting round costs beyond its draft and verify decodes (a chain's
         # draft model catching up on what the lookups drafted; set by ChainPolicy).
         self.round_extra = 0.0
+        # A round's wall time beyond its decodes (the loop's Python, this policy's included,
+        # and whoever reads the events), measured from one round's observe to the next, for
+        # drafting rounds (True) and plain ones (False): next to a fast target step it decides
+        # whether drafting pays; next to a real model's, it is noise.
+        self._clock = time.perf_counter
+        self._t_last: float | None = None
+        self._overhead = {True: _Samples(), False: _Samples()}
         self._succ, self._fail = _PRIOR         # Beta posterior on acceptance
         n = max(self._ladder) + 1
         self._tried = [0.0] * n                 # rounds whose draft got to position i
@@ -418,12 +426,14 @@ class AdaptivePolicy:
         sync = self._sync.value
         if table is None or sync is None:
             return out
-        out[0] = (1.0, table[1])
+        plain = self._overhead[False].value or 0.0
+        drafting = self._overhead[True].value
+        out[0] = (1.0, table[1] + plain)
         step = (self._step.value if self._step.value is not None else sync) if self._multi else 0.0
         if optimistic:
             low = self._low()
             sync, step = sync * low, step * low
-        fixed = self.round_extra + sync
+        fixed = self.round_extra + sync + (plain if drafting is None else drafting)
         # Per position i: cont = P(the draft goes on to i | it drafted i - 1); the acceptance
         # P(i accepted | drafted, all before accepted) is the position's own counts pulled
         # towards the pooled posterior mean. Inlined: every round builds a few curves.
@@ -485,10 +495,11 @@ class AdaptivePolicy:
         """Tokens between probes so that probing costs at most ``probe_budget`` of the time;
         early in a generation, at most the tokens so far when better acceptance could make
         drafting pay (then finding out soon is worth more than the budget)."""
-        c1 = self.verify_cost(1)
+        base = self._curve().get(0)   # a plain round: one token
         pr = self.predict(k)
-        if not c1 or not pr:
+        if not base or not pr or base[1] <= 0:
             return _PROBE_MIN
+        c1 = base[1]
         catch = self._catchup if self._catchup is not None else 0.5 * (self._sync.value or 0.0)
         extra = catch * _CATCHUP_WINDOW + pr[1] - pr[0] * c1
         tokens = extra / (self.probe_budget * c1) if extra > 0 else _PROBE_MIN
@@ -525,17 +536,27 @@ class AdaptivePolicy:
         s = self._verify.get(1)
         if s is None or (s.n == 0 and s.prior is None):
             return False
-        best = self._curve().get(self._k)
+        curve = self._curve()
+        best = curve.get(self._k)
         if not best:
             return True
         tokens, seconds = best
-        lost = max(s.value - seconds / tokens, 0.0)   # a plain step instead of a drafted token
+        lost = max(curve[0][1] - seconds / tokens, 0.0)   # a plain round instead of a drafted token
         budget = _REFRESH_FIRST if s.n < 3 and s.prior is None else _REFRESH_BUDGET
         every = lost / (budget * seconds) if seconds > 0 else _REFRESH_MIN
         return self._since_plain < min(max(every, _REFRESH_MIN), _REFRESH_MAX)
 
-    def _count_round(self, r: Step) -> None:
-        """Every round: the tokens it emitted and what its target decode cost."""
+    def _count_round(self, r: Step, own: bool = True) -> None:
+        """Every round: the tokens it emitted, what its target decode cost, and its time
+        outside the decodes (``own``: this policy's drafter drafted it, if anyone did)."""
+        now = self._clock()
+        if self._t_last is not None:
+            rest = max(now - self._t_last - r.draft_seconds - r.verify_seconds, 0.0)
+            if r.k == 0:
+                self._overhead[False].add(rest)
+            elif own and r.draft_steps > 0:
+                self._overhead[True].add(rest)
+        self._t_last = now
         self._round += 1
         self._tokens += r.emitted
         samples = self._verify.get(r.verify_batch)
@@ -549,7 +570,7 @@ class AdaptivePolicy:
         cost, and the tokens that went by (towards the next probe while paused). Decisions
         wait for this drafter's own rounds, which alone bring new evidence about it. Returns
         a sentence still unsaid (a seeded pause)."""
-        self._count_round(r)
+        self._count_round(r, own=False)
         if not self.drafting:
             self._since_probe += r.emitted
         elif r.verify_batch == 1:
@@ -728,6 +749,8 @@ class AdaptivePolicy:
             "draft_cost_ratio": (cd / c1) if (c1 and cd) else None,
             "catchup_seconds_per_token": self._catchup,
             "verify_seconds_by_batch": {str(b): v for b, v in sorted(self._verify_values().items())},
+            "round_seconds_beyond_decodes": {"drafting": self._overhead[True].value,
+                                             "plain": self._overhead[False].value},
             "acceptance": mean,
             "acceptance_interval": [lo, up],
             "acceptance_recent": self.acceptance(),
