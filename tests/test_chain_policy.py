@@ -7,31 +7,38 @@ from localspec.engine.events import Step
 
 
 def simulate_chain(policy: ChainPolicy, *, target_step, model_step, model_accept, lookup_hit, lookup_accept,
-                   per_token_verify=0.05, rounds=400, catchup_per_token=0.0):
-    """Rounds of a chain under a simple cost model: the lookup (when allowed) finds a match
-    with chance ``lookup_hit``; on a miss the draft model drafts when allowed, else a plain
-    step. The model's first decode catches up on the tokens emitted since its last round
-    (``catchup_per_token`` each). Returns the source of each round ("" for a plain step)."""
+                   per_token_verify=0.05, rounds=400, catchup_per_token=0.0, lookup_step=0.00005):
+    """Rounds of a chain under a simple cost model, as ChainDrafter plays them: the lookup
+    (when allowed) finds a match with chance ``lookup_hit``; on a miss the draft model drafts
+    when allowed, else the round is a plain step, the lookup's round if it looked. The
+    model's first decode catches up on the tokens emitted since its last round
+    (``catchup_per_token`` each). Returns the source of each round ("" for a plain step
+    nobody drafted). The policies read a simulated clock: rounds take what their decodes take."""
     rnd = random.Random(0)
     sources = []
     behind = 0
+    now = [0.0]
+    policy.lookup._clock = policy.model._clock = lambda: now[0]
     for i in range(rounds):
         k = policy.next_k()
         k_l, k_m = policy.k_lookup, policy.k_model
         sync_tokens = 0
         if k_l and rnd.random() < lookup_hit:
-            source, drafted, rate, draft_s, steps, sync_s = LOOKUP, k_l, lookup_accept, 0.00005, 1, 0.00005
+            source, drafted, rate, draft_s, steps, sync_s = LOOKUP, k_l, lookup_accept, lookup_step, 1, lookup_step
         elif k_m:
             source, drafted, rate, steps = MODEL, k_m, model_accept, k_m
             sync_tokens = behind + 1
             sync_s = model_step + catchup_per_token * behind
             draft_s = sync_s + model_step * (k_m - 1)
+        elif k_l:   # a miss, the model paused: the lookup's round, which drafted nothing
+            source, drafted, rate, draft_s, steps, sync_s = LOOKUP, 0, 0.0, lookup_step, 1, lookup_step
         else:
-            source, drafted, rate, draft_s, steps, sync_s = "", 0, 0.0, 0.00005 if k_l else 0.0, 0, 0.0
+            source, drafted, rate, draft_s, steps, sync_s = "", 0, 0.0, 0.0, 0, 0.0
         a = 0
         while a < drafted and rnd.random() < rate:
             a += 1
         verify_s = target_step * (1 + per_token_verify * drafted)
+        now[0] += draft_s + verify_s
         policy.observe(Step(index=i, k=k, drafted=drafted, accepted=a, emitted=a + 1, draft_seconds=draft_s,
                             verify_seconds=verify_s, drafting=policy.drafting, draft_steps=steps,
                             verify_batch=drafted + 1, probe=policy.probe, sync_tokens=sync_tokens,
@@ -73,6 +80,27 @@ def test_lookups_that_lose_pause_while_the_model_drafts():
     assert not p.lookup.drafting and p.model.drafting
     late = sources[200:]
     assert late.count(MODEL) / len(late) > 0.85
+
+
+def test_lookups_that_find_nothing_pause_with_the_model_on_a_fast_target():
+    """A target step of 0.1 ms, a lookup that costs a tenth of it and never finds anything,
+    a draft model as dear as the target: like a lone lookup, the chain's lookup pauses on
+    its own misses, and most rounds then cost no lookup at all."""
+    p = ChainPolicy.build(1, 8, None, True)
+    sources = simulate_chain(p, target_step=0.0001, model_step=0.0001, model_accept=0.3, lookup_hit=0.0,
+                             lookup_accept=0.9, lookup_step=0.00001, rounds=600)
+    assert not p.lookup.drafting and not p.model.drafting
+    late = sources[200:]
+    assert late.count("") / len(late) > 0.8
+
+
+def test_lookup_misses_cost_nothing_next_to_a_real_target_step():
+    """The same misses next to a 20 ms target step: the lookups go on, and find the rare match."""
+    p = ChainPolicy.build(1, 8, None, True)
+    sources = simulate_chain(p, target_step=0.020, model_step=0.018, model_accept=0.3, lookup_hit=0.05,
+                             lookup_accept=0.9, lookup_step=0.00001, rounds=600)
+    assert p.lookup.drafting and p.lookup.pauses == 0 and not p.model.drafting
+    assert sources[200:].count(LOOKUP) / len(sources[200:]) > 0.9
 
 
 def test_what_a_chain_learned_seeds_the_next_one():

@@ -134,7 +134,8 @@ def test_a_paused_start_does_not_make_the_draft_read_the_prompt(cost_pairs):
 
 
 def test_the_chain_keeps_lookups_and_pauses_a_losing_draft_model(cost_pairs):
-    """On the losing pair the chain's draft model pauses on its own while prompt lookups draft;
+    """On the losing pair the chain's draft model pauses on its own while prompt lookups go on
+    as they would alone (their misses are their rounds: the lookup's policy measures them);
     seeded with that, the next generation leaves the dearer draft alone (it does not read the
     prompt, nor draft), with the target's own output."""
     from localspec.engine import memory
@@ -148,7 +149,9 @@ def test_the_chain_keeps_lookups_and_pauses_a_losing_draft_model(cost_pairs):
         assert first.token_ids == base.token_ids
         assert first.policy["chain"] and not first.policy["model"]["drafting"]
         sources = {ev.source for ev in events if isinstance(ev, Step) and ev.drafted}
-        assert sources <= {"ngram", "model"} and "ngram" in sources
+        assert sources <= {"ngram", "model"}
+        lookups = [ev for ev in events if isinstance(ev, Step) and ev.source == "ngram"]
+        assert lookups and first.policy["ngram"]["draft_step_seconds"] is not None
         e.reset()
         before = e.draft_ctx.decode_seconds
         second, events = run_to_done(e, toks, sampling=GREEDY, max_tokens=120)
@@ -160,10 +163,10 @@ def test_the_chain_keeps_lookups_and_pauses_a_losing_draft_model(cost_pairs):
     memory.reset()
 
 
-def test_a_paused_lookup_costs_nothing_in_a_chain(tiny_draft):
-    """With both drafters of a chain paused the lookup is not even called (its index takes in
-    what went by at its next lookup); with the draft model paused, a lookup's miss is a plain
-    target step."""
+def test_a_chain_round_is_the_lookups_when_only_the_lookup_looked(tiny_draft):
+    """With the draft model paused, a lookup's miss is the lookup's round (one step, nothing
+    drafted: its policy learns what misses cost); with both paused the lookup is not even
+    called, and its index takes in what went by at its next lookup."""
     from types import SimpleNamespace
 
     from localspec.engine.backend import Context, Model
@@ -181,7 +184,7 @@ def test_a_paused_lookup_costs_nothing_in_a_chain(tiny_draft):
         assert (d.tokens, d.steps, d.source) == ([], 0, "") and chain.lookup._seen == []
         plan.k_lookup = 4
         d = chain.draft(context, 4, GREEDY, rng)                  # no earlier match: a miss
-        assert (d.tokens, d.steps, d.source) == ([], 0, "") and chain.lookup._seen == context
+        assert (d.tokens, d.steps, d.source) == ([], 1, "ngram") and chain.lookup._seen == context
         d = chain.draft(context + [5, 6, 7], 4, GREEDY, rng)      # "5 6 7" was followed by "8 9 10 11"
         assert (d.tokens, d.source) == ([8, 9, 10, 11], "ngram")
         chain.model.close()

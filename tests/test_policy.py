@@ -14,15 +14,15 @@ def simulate(policy, *, target_step, draft_step, accept, per_token_verify, round
     ``accept`` is a number or a function of the token count so far; ``log`` collects
     (k, seconds, emitted, probe) per round. With ``lookup_hit`` the drafter is an n-gram
     lookup: one cheap step (``draft_step``) that finds a k-token match with that chance.
-    ``overhead``: (drafting, plain) seconds a round costs beyond its decodes, on a simulated
-    clock the policy reads (without it, rounds take no time beyond their decodes).
+    The policy reads a simulated clock: a round takes its decodes' time plus ``overhead``,
+    (drafting, plain) seconds beyond them (none unless given).
     """
     import random
 
     rnd = random.Random(0)
     now = [0.0]
-    if overhead is not None:
-        policy._clock = lambda: now[0]
+    overhead = overhead or (0.0, 0.0)
+    policy._clock = lambda: now[0]
     ks = []
     tokens = 0
     behind = 0   # tokens the draft has not seen (it only reads while drafting)
@@ -45,8 +45,7 @@ def simulate(policy, *, target_step, draft_step, accept, per_token_verify, round
             sync_s = (draft_step + catchup_per_token * (sync_tokens - 1)) if drafted else 0.0
             draft_s = sync_s + draft_step * max(drafted - 1, 0)
         verify_s = target_step * (1 + per_token_verify * drafted)
-        if overhead is not None:
-            now[0] += draft_s + verify_s + overhead[0 if k and steps else 1]
+        now[0] += draft_s + verify_s + overhead[0 if k and steps else 1]
         policy.observe(Step(
             index=len(ks) - 1, k=k, drafted=drafted, accepted=a, emitted=a + 1, draft_seconds=draft_s,
             verify_seconds=verify_s, drafting=policy.drafting, draft_steps=steps, verify_batch=drafted + 1,

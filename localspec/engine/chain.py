@@ -84,8 +84,11 @@ class ChainDrafter:
                 self.model.catch_up_alongside(context)
             d.source = self.lookup.name
             return d
-        if k_model <= 0:     # the model is paused: a plain target step
-            return Draft([], None, d.seconds, 0, source="")
+        if k_model <= 0:
+            # The model is paused: a plain target step after the lookup's miss, which is the
+            # lookup's round (as alone, its policy learns what a miss costs, and may pause it).
+            d.source = self.lookup.name if d.steps else ""
+            return d
         m = self.model.draft(context, k_model, cfg, rng, gate, budget)
         # The lookup's time is part of this round's first (sync) step. A model that only
         # started catching up (no decode: steps 0) leaves a plain step, which no drafter drafted.
