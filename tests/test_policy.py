@@ -344,3 +344,13 @@ def test_costs_by_size_interpolate_and_extend():
     p._verify = {2: _Samples(0.010), 4: _Samples(0.014), 6: _Samples(0.022)}
     assert [p.verify_cost(n) for n in range(1, 10)] == pytest.approx(t[1:])
     assert p.verify_cost(40) == pytest.approx(0.022 * 40 / 6)  # past the table: extended on demand
+
+
+def test_the_first_round_is_timed_from_its_start():
+    """A generation's first round (a plain step measuring the target) gives the plain
+    round's overhead at once, so drafting rounds are not weighed against nothing."""
+    p = AdaptivePolicy(1, 8)
+    simulate(p, target_step=0.010, draft_step=0.001, accept=0.8, per_token_verify=0.05, rounds=2,
+             overhead=(0.002, 0.001))
+    beyond = p.estimates()["round_seconds_beyond_decodes"]
+    assert beyond["plain"] == pytest.approx(0.001) and beyond["drafting"] == pytest.approx(0.002)

@@ -270,9 +270,10 @@ class AdaptivePolicy:
         # draft model catching up on what the lookups drafted; set by ChainPolicy).
         self.round_extra = 0.0
         # A round's wall time beyond its decodes (the loop's Python, this policy's included,
-        # and whoever reads the events), measured from one round's observe to the next, for
-        # drafting rounds (True) and plain ones (False): next to a fast target step it decides
-        # whether drafting pays; next to a real model's, it is noise.
+        # and whoever reads the events), measured from one round's observe to the next (the
+        # first round's from its next_k), for drafting rounds (True) and plain ones (False):
+        # next to a fast target step it decides whether drafting pays; next to a real
+        # model's, it is noise.
         self._clock = time.perf_counter
         self._t_last: float | None = None
         self._overhead = {True: _Samples(), False: _Samples()}
@@ -519,6 +520,8 @@ class AdaptivePolicy:
         return self._k if self.drafting else 0
 
     def next_k(self) -> int:
+        if self._t_last is None:   # the first round's time beyond its decodes counts too
+            self._t_last = self._clock()
         self.probe = False
         if not self.drafting:
             if self._since_probe >= self._probe_every:
