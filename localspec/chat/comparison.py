@@ -17,6 +17,10 @@ from pathlib import Path
 from ..engine import DrafterKind, Engine, RunSpec
 from ..engine.events import Done, Event
 
+# Logits closer than this where two greedy answers part: llama.cpp's batch rounding (up to
+# ~0.005 on the CPU) can pick either token.
+NEAR_TIE = 0.01
+
 
 @dataclass
 class ComparisonResult:
@@ -27,6 +31,9 @@ class ComparisonResult:
     spec: Done                       # speculative
     models: dict = field(default_factory=dict)
     sampling: dict = field(default_factory=dict)
+    # Where greedy answers part: the target's logit of its own token there minus that of the
+    # speculative answer's (None: not measured). A few thousandths is a near-tie.
+    gap_at_difference: float | None = None
 
     @property
     def policy(self) -> dict:
@@ -58,12 +65,19 @@ class ComparisonResult:
             return "not compared (sampling: same distribution, different draws; greedy gives a token check)"
         if same:
             return f"identical ({len(self.spec.token_ids)} tokens)"
-        return f"DIFFERENT from token {self.first_difference}"
+        gap = self.gap_at_difference
+        if gap is not None and abs(gap) < NEAR_TIE:
+            return (f"different from token {self.first_difference}, at a near-tie: the target's two best "
+                    f"tokens there are {abs(gap):.4f} apart, and llama.cpp rounds a batch of tokens "
+                    "differently from one at a time")
+        note = f" (the target's logits for the two tokens {gap:.3f} apart)" if gap is not None else ""
+        return f"DIFFERENT from token {self.first_difference}{note}"
 
     def to_dict(self) -> dict:
         return {
             "prompt": self.prompt, "max_tokens": self.max_tokens, "greedy": self.greedy,
             "speedup": self.speedup, "identical": self.identical,
+            "first_difference": self.first_difference, "gap_at_difference": self.gap_at_difference,
             "target_only": self.base.summary.to_dict() | {"text": self.base.text,
                                                            "token_ids": list(self.base.token_ids)},
             "speculative": self.spec.summary.to_dict() | {"text": self.spec.text,
@@ -119,6 +133,17 @@ def compare(engine: Engine, tokens: list[int], spec: RunSpec, *, prompt: str = "
                 on_event(name, ev)
             if isinstance(ev, Done):
                 done[name] = ev
-    return ComparisonResult(prompt=prompt, max_tokens=spec.max_tokens, greedy=spec.sampling.greedy,
-                            base=done["target_only"], spec=done["speculative"], models=engine.describe(),
-                            sampling=spec.sampling.to_dict())
+    result = ComparisonResult(prompt=prompt, max_tokens=spec.max_tokens, greedy=spec.sampling.greedy,
+                              base=done["target_only"], spec=done["speculative"], models=engine.describe(),
+                              sampling=spec.sampling.to_dict())
+    measure_difference(engine, tokens, result)
+    return result
+
+
+def measure_difference(engine: Engine, tokens: list[int], result: ComparisonResult) -> None:
+    """Where greedy answers part, how far apart the target puts the two tokens (one more
+    target decode of the prompt and the common part, so a near-tie reads as one)."""
+    i = result.first_difference if result.greedy else None
+    a, b = list(result.base.token_ids), list(result.spec.token_ids)
+    if i is not None and i < min(len(a), len(b)):
+        result.gap_at_difference = engine.logit_gap(list(tokens) + a[:i], a[i], b[i])

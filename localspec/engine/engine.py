@@ -18,7 +18,7 @@ from ..models.compat import check_files
 from .backend import CACHE_TYPES, Context, Model, default_threads
 from .chain import ChainDrafter
 from .chain_policy import LOOKUP, MODEL, ChainPolicy
-from .drafters import Drafter, ModelDrafter, NgramDrafter
+from .drafters import Drafter, ModelDrafter, NgramDrafter, _common_prefix
 from .events import Event
 from .generator import Generator
 from .memory import Memory
@@ -198,6 +198,18 @@ class Engine:
         t, d = self.target_model.info, self.draft_model.info
         same = (t.gpu_layers == 0 and d.gpu_layers == 0) or (t.gpu_layers == t.n_layer and d.gpu_layers == d.n_layer)
         return d.size_bytes / t.size_bytes if same and t.size_bytes > 0 else None
+
+    def logit_gap(self, tokens: list[int], a: int, b: int) -> float:
+        """The target's logit of token ``a`` minus that of ``b`` after ``tokens``: where two
+        greedy answers part, a gap of a few thousandths is a near-tie, which llama.cpp's
+        different rounding of batched and single-token decodes can flip."""
+        if not tokens:
+            raise BadInput("logit_gap needs at least one token")
+        with self._lock:
+            ctx = self.target_ctx
+            ctx.truncate(min(_common_prefix(ctx.tokens, tokens), len(tokens) - 1))
+            x = ctx.decode(tokens[ctx.n_past:], logits="last")
+            return float(x[a]) - float(x[b])
 
     def reset(self) -> None:
         """Forget cached prompts in both models (for fair timing between runs)."""
