@@ -7,6 +7,7 @@ import gc
 import json
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from test_tui_support import (
@@ -286,6 +287,15 @@ async def test_comparison_shows_both_speeds_and_the_speedup(slow_pair, tmp_path)
         data = json.loads(next(tmp_path.glob("*.json")).read_text())
         assert data["identical"] is True and data["speedup"] == pytest.approx(r.speedup)
         assert "speed-up" in next(tmp_path.glob("*.md")).read_text()
+        # Answers that part (here: the speculative answer's 11th token replaced by another):
+        # the target's logits there are measured off the UI thread.
+        ids = list(r.base.token_ids)
+        r.spec = replace(r.spec, token_ids=tuple(ids[:10] + [(ids[10] + 1) % 100] + ids[11:]))
+        screen.explain_difference(app.session.engine, screen._run["tokens"], r)
+        await wait_for(pilot, lambda: r.gap_at_difference is not None, 30, "the logit gap")
+        await pilot.pause()
+        summary = str(screen.query_one("#compare-summary").render())
+        assert f"from token {r.first_difference}" in summary and ("near-tie" in summary or "logits" in summary)
 
 
 # -- errors -------------------------------------------------------------------------------

@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Footer, Header, Input, Static
 
-from ...chat.comparison import ComparisonResult, runs
+from ...chat.comparison import ComparisonResult, measure_difference, runs
 from ...errors import LocalspecError
 from ..compositor import install as install_compositor
 from ..messages import GenerationFailed, GenerationFinished, GenerationProgress
@@ -158,6 +159,22 @@ class CompareScreen(Screen):
             base=self._base_done, spec=msg.done, models=engine.describe() if engine else {},
             sampling=settings.sampling.to_dict())
         self.query_one("#compare-summary", Static).update(self.summary_text(self.result))
+        if self.result.identical is False and engine is not None:
+            self.explain_difference(engine, run["tokens"], self.result)
+
+    @work(thread=True, exclusive=True, group="compare-difference")
+    def explain_difference(self, engine, tokens: list[int], result: ComparisonResult) -> None:
+        """Where greedy answers part, the target's logits there (one target decode, off the
+        UI thread): a near-tie reads as one in the summary."""
+        try:
+            measure_difference(engine, tokens, result)
+        except LocalspecError:
+            return
+        self.app.call_from_thread(self._show_result, result)
+
+    def _show_result(self, result: ComparisonResult) -> None:
+        if result is self.result:
+            self.query_one("#compare-summary", Static).update(self.summary_text(result))
 
     def on_generation_failed(self, msg: GenerationFailed) -> None:
         if not self._stream(msg, last=True):
