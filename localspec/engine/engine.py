@@ -18,7 +18,7 @@ from ..models.compat import check_files
 from .backend import CACHE_TYPES, Context, Model, default_threads
 from .chain import ChainDrafter
 from .chain_policy import LOOKUP, MODEL, ChainPolicy
-from .drafters import Drafter, ModelDrafter, NgramDrafter, _common_prefix
+from .drafters import Drafter, ModelDrafter, NgramDrafter
 from .events import Event
 from .generator import Generator
 from .memory import Memory
@@ -205,10 +205,9 @@ class Engine:
         different rounding of batched and single-token decodes can flip."""
         if not tokens:
             raise BadInput("logit_gap needs at least one token")
-        with self._lock:
-            ctx = self.target_ctx
-            ctx.truncate(min(_common_prefix(ctx.tokens, tokens), len(tokens) - 1))
-            x = ctx.decode(tokens[ctx.n_past:], logits="last")
+        with self._lock:   # a one-off check: decoded from an empty cache, as a fresh run would
+            self.target_ctx.clear()
+            x = self.target_ctx.decode(tokens, logits="last")
             return float(x[a]) - float(x[b])
 
     def reset(self) -> None:

@@ -162,10 +162,11 @@ class CompareScreen(Screen):
         if self.result.identical is False and engine is not None:
             self.explain_difference(engine, run["tokens"], self.result)
 
-    @work(thread=True, exclusive=True, group="compare-difference")
+    @work(thread=True, exclusive=True, group="compare-difference", exit_on_error=False)
     def explain_difference(self, engine, tokens: list[int], result: ComparisonResult) -> None:
         """Where greedy answers part, the target's logits there (one target decode, off the
-        UI thread): a near-tie reads as one in the summary."""
+        UI thread): a near-tie reads as one in the summary. It only explains: if it fails,
+        the summary stays as it is."""
         try:
             measure_difference(engine, tokens, result)
         except LocalspecError:
