@@ -11,7 +11,8 @@ def simulate(policy, *, target_step, draft_step, accept, per_token_verify, round
              catchup_per_token=0.0, log=None, lookup_hit=None, overhead=None):
     """Feed the policy rounds whose costs and acceptance follow a simple model.
 
-    ``accept`` is a number or a function of the token count so far; ``log`` collects
+    ``accept`` and ``target_step`` are numbers or functions of the token count so far (the
+    context grows: so do the target's costs); ``log`` collects
     (k, seconds, emitted, probe) per round. With ``lookup_hit`` the drafter is an n-gram
     lookup: one cheap step (``draft_step``) that finds a k-token match with that chance.
     The policy reads a simulated clock: a round takes its decodes' time plus ``overhead``,
@@ -44,7 +45,8 @@ def simulate(policy, *, target_step, draft_step, accept, per_token_verify, round
             sync_tokens, steps = (min(behind + 1, 32) if drafted else 0), drafted
             sync_s = (draft_step + catchup_per_token * (sync_tokens - 1)) if drafted else 0.0
             draft_s = sync_s + draft_step * max(drafted - 1, 0)
-        verify_s = target_step * (1 + per_token_verify * drafted)
+        step_s = target_step(tokens) if callable(target_step) else target_step
+        verify_s = step_s * (1 + per_token_verify * drafted)
         now[0] += draft_s + verify_s + overhead[0 if k and steps else 1]
         policy.observe(Step(
             index=len(ks) - 1, k=k, drafted=drafted, accepted=a, emitted=a + 1, draft_seconds=draft_s,
@@ -248,6 +250,36 @@ def test_costs_learned_at_a_longer_context_move_with_the_fresh_ones():
     late = [k for k in ks[-30:] if k]
     assert sum(k >= 6 for k in late) > 0.8 * len(late), ks
     assert p.verify_cost(9) == pytest.approx(cost(9, 1), rel=0.05)
+
+
+def _seconds_to(log, tokens):
+    total = seconds = 0
+    for _, s, emitted, _ in log:
+        if total >= tokens:
+            break
+        total, seconds = total + emitted, seconds + s
+    return seconds
+
+
+def test_costs_rising_with_the_context_keep_long_drafts_worth_it():
+    """Every target step costs more as the answer grows (3.7x after 400 tokens here, as on a
+    tiny CPU model), so a batch size decoded early looks cheap and one decoded lately dear,
+    unless all sizes move together. Neither the generation that learns this nor the next
+    ones it seeds (which start at a short context again) may settle on a draft length
+    slower than the best fixed one."""
+    def run(make, generations=3):
+        out, learned = [], None
+        for _ in range(generations):
+            p, log = make(learned), []
+            simulate(p, target_step=lambda tokens: 0.010 * (1 + tokens / 150), draft_step=0.0006,
+                     accept=0.98, per_token_verify=0.15, rounds=150, log=log)
+            out.append(_seconds_to(log, 400))
+            learned = p.learned() if isinstance(p, AdaptivePolicy) else None
+        return out
+    best = min(run(lambda _, k=k: FixedPolicy(k), 1)[0] for k in (3, 5, 8))
+    adaptive = run(lambda learned: AdaptivePolicy(1, 8, learned=learned))
+    assert all(best / s >= 0.98 for s in adaptive[1:]), [round(best / s, 3) for s in adaptive]
+    assert best / adaptive[0] >= 0.94, [round(best / s, 3) for s in adaptive]
 
 
 def test_damaged_learned_state_is_ignored():

@@ -61,6 +61,7 @@ _PROBE_BACKOFF_MAX = 128  # failed probes double the gap up to this (or the toke
 _PROBE_MAX = 4096
 _CATCHUP_WINDOW = 32     # tokens a drafter is assumed to re-read for a probe after a long pause
 _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
+_LEVEL_RATE = 0.2        # how fast the target's common cost level follows each round's cost
 SHORT_SYNC = 4          # a draft's first decode of at most this many tokens costs about one decode
 
 
@@ -260,7 +261,14 @@ class AdaptivePolicy:
         self._k = self._on_ladder(_FIRST_K)
         self._round = 0
         self._tokens = 0
-        self._verify: dict[int, _Samples] = {}  # target decode seconds by batch size (1: a plain step)
+        # Target decode seconds by batch size (1: a plain step), as multiples of a level that
+        # all sizes share: a step costs more as the context grows (~3x over 512 tokens on a
+        # tiny CPU model), or as the machine slows. Each round moves the level by what its
+        # size cost against that size's own record, so the sizes not decoded lately move
+        # with it; a size measured long ago (or in the last generation, at the end of its
+        # answer) would otherwise look cheap or dear for good.
+        self._verify: dict[int, _Samples] = {}
+        self._level = 1.0
         self._sync = _Samples()                 # the drafter's first decode of a round (or its lookup)
         self._step = _Samples()                 # each further draft decode
         self._multi = False                     # the drafter decodes once per drafted token
@@ -393,14 +401,14 @@ class AdaptivePolicy:
         return table or None
 
     def _verify_values(self) -> dict[int, float]:
-        """The target's cost by batch size. A size not measured in this generation keeps the
-        last one's cost, moved by as much as the sizes measured again have moved since: the
-        costs rise together with the context (a generation ends at a longer context than
-        the next begins) and with the machine's speed, and a stale dear batch size would
-        never be tried again to correct itself."""
+        """The target's cost by batch size at the current level (see ``_verify``). A size not
+        measured in this generation keeps the last one's cost, moved by as much as the sizes
+        measured again have moved since (the median of their ratios): the last generation
+        ended at a longer context than this one began, and on another spell of the machine."""
         moved = sorted(s.value / s.prior for s in self._verify.values() if s.n and s.prior)
         drift = moved[len(moved) // 2] if moved else 1.0
-        return {b: s.value * (drift if not s.n else 1.0)
+        level = self._level
+        return {b: s.value * (level if s.n else drift * level)
                 for b, s in self._verify.items() if s.value is not None}
 
     def _noise(self) -> float | None:
@@ -565,7 +573,11 @@ class AdaptivePolicy:
         samples = self._verify.get(r.verify_batch)
         if samples is None:
             samples = self._verify[r.verify_batch] = _Samples()
-        samples.add(r.verify_seconds)
+        elif samples.n >= 2:
+            # (a size's first sample may be a new graph being built: it moves nothing)
+            ratio = r.verify_seconds / (samples.value * self._level)
+            self._level *= min(max(ratio, 0.5), 2.0) ** _LEVEL_RATE
+        samples.add(r.verify_seconds / self._level)
         self._points, self._curves = {}, {}
 
     def observe_other(self, r: Step) -> str | None:
