@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))   # tiny_gguf: the generated pairs
 
 from localspec.bench.sweep import PROMPTS  # noqa: E402
+from localspec.chat.comparison import NEAR_TIE  # noqa: E402
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, PromptProcessed, RunSpec, SamplingConfig  # noqa: E402
 from localspec.engine.backend import backend_name  # noqa: E402
 
@@ -94,7 +95,7 @@ def one(engine: Engine, tokens: list[int], spec: RunSpec) -> dict:
             "tokens": s.n_generated, "acceptance": s.acceptance_rate,
             "tokens_per_step": s.tokens_per_step, "drafting_off": s.tokens_drafting_off, "pauses": s.pauses,
             "probes": s.probes, "k_max": s.k_max, "seeded": bool(done.policy.get("seeded")),
-            "ids_hash": hash(done.token_ids)}
+            "ids": done.token_ids}
 
 
 def summary(rows: list[dict]) -> dict:
@@ -134,8 +135,9 @@ def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: N
                     rows[s].append(one(engine, encoded[p["id"]], specs[s].with_(max_tokens=n)))
             cell = {"pair": name, "prompt": p["id"], "category": p["category"], "n": n,
                     "settings": {s: summary(r) for s, r in rows.items()},
-                    "lossless": all(r["ids_hash"] == rows["target"][0]["ids_hash"]
-                                    for rs in rows.values() for r in rs)}
+                    "lossless": all(r["ids"] == rows["target"][0]["ids"] for rs in rows.values() for r in rs)}
+            if not cell["lossless"]:
+                cell["differences"] = differences(engine, encoded[p["id"]], rows)
             st = cell["settings"]
             fixed = {s: v["tok_s"] for s, v in st.items() if s.startswith("K=")}
             best_name, best = max([("target", st["target"]["tok_s"])] + list(fixed.items()), key=lambda x: x[1])
@@ -169,6 +171,26 @@ def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: N
                 + (f", chain/better {cell['chain_vs_better']:.3f}" if chain else ""))
     engine.close()
     return entry
+
+
+def differences(engine: Engine, prompt: list[int], rows: dict[str, list]) -> list[dict]:
+    """Where each answer that is not the target alone's parts from it, and how far apart the
+    target puts the two tokens there (decoded one at a time): a near-tie (below
+    comparison.NEAR_TIE) is llama.cpp's batch rounding, anything else a bug to chase."""
+    base = list(rows["target"][0]["ids"])
+    out, seen = [], set()
+    for name, rs in rows.items():
+        for r in rs:
+            ids = list(r["ids"])
+            if ids == base or (name, tuple(ids)) in seen:
+                continue
+            seen.add((name, tuple(ids)))
+            i = next((j for j, (x, y) in enumerate(zip(base, ids)) if x != y), min(len(base), len(ids)))
+            gap = (engine.logit_gap(prompt + base[:i], base[i], ids[i])
+                   if i < min(len(base), len(ids)) else None)
+            out.append({"setting": name, "token": i, "gap": gap,
+                        "near_tie": gap is not None and abs(gap) < NEAR_TIE})
+    return out
 
 
 def paired(cell: dict, a: str, b: str) -> float:
@@ -214,6 +236,12 @@ def markdown(paths: list[str]) -> str:
                     row.append(f"{c['cpu_chain_vs_better']:.3f}" + ("" if c.get("cpu_chain_meets") else " ✗")
                                if "cpu_chain_vs_better" in c else "-")
                 lines.append("| " + " | ".join(row) + " |")
+            parted = [(c, d) for c in cells for d in c.get("differences", [])]
+            if parted:
+                lines.append("\nAnswers that part from the target alone's: " + "; ".join(
+                    f"{c['prompt']} {c['n']} {d['setting']} at token {d['token']}"
+                    + ("" if d["gap"] is None else f" ({'near-tie, ' if d['near_tie'] else ''}gap {abs(d['gap']):.4f})")
+                    for c, d in parted))
             # One figure per pair and length, less at the mercy of one noisy cell.
             lines.append("\nGeometric mean over the prompts, default / best: wall "
                          + f"{_geomean(c['default_vs_best'] for c in cells):.3f}, paired "
