@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol
@@ -154,30 +155,42 @@ class _Samples:
     earlier generation) stands in until a sample arrives.
     """
 
-    __slots__ = ("xs", "n", "prior", "_cut")
+    __slots__ = ("xs", "n", "prior", "_sorted", "_cut", "_value")
 
     def __init__(self, prior: float | None = None):
         self.xs: deque[float] = deque(maxlen=_WINDOW)
         self.n = 0
         self.prior = prior
+        self._sorted: list[float] = []   # xs in order, kept so as each sample comes and goes
         self._cut: list[float] | None = None
+        self._value: float | None = None
 
     def add(self, x: float) -> None:
-        self.xs.append(max(x, 0.0))
+        x = max(x, 0.0)
+        xs, ordered = self.xs, self._sorted
+        if len(xs) == _WINDOW:
+            del ordered[bisect_left(ordered, xs[0])]
+        xs.append(x)
+        insort(ordered, x)
         self.n += 1
-        self._cut = None
+        self._cut = self._value = None
 
     def _kept(self) -> list[float]:
         if self._cut is None:
-            xs = sorted(list(self.xs)[1:] if self.n == len(self.xs) and self.n >= 2 else self.xs)
+            xs = self._sorted
+            if self.n == len(self.xs) and self.n >= 2:   # the very first sample is still here
+                xs = xs.copy()
+                del xs[bisect_left(xs, self.xs[0])]
             q = len(xs) // 4
             self._cut = xs[q:len(xs) - q] if q else xs
         return self._cut
 
     @property
     def value(self) -> float | None:
-        xs = self._kept()
-        return sum(xs) / len(xs) if xs else self.prior
+        if self._value is None:
+            xs = self._kept()
+            self._value = sum(xs) / len(xs) if xs else None
+        return self._value if self._value is not None else self.prior
 
     @property
     def rel_se(self) -> float:

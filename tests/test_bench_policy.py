@@ -1,0 +1,56 @@
+"""scripts/bench_policy.py's identity check: where an answer parts from the target alone's,
+and whether the target's logits there make it a near-tie (llama.cpp's batch rounding) or a
+real difference."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+
+import bench_policy  # noqa: E402
+
+
+class GapEngine:
+    """Answers logit_gap from a table by position; records what it was asked."""
+
+    def __init__(self, gaps: dict[int, float]):
+        self.gaps = gaps
+        self.asked: list[tuple[list[int], int, int]] = []
+
+    def logit_gap(self, tokens, a, b):
+        self.asked.append((list(tokens), a, b))
+        return self.gaps[len(tokens)]
+
+
+def test_differences_say_where_answers_part_and_how_close():
+    prompt = [1, 2]
+    target = (10, 11, 12, 13)
+    rows = {"target": [{"ids": target}, {"ids": target}],
+            "K=8": [{"ids": target}],
+            "ngram": [{"ids": (10, 11, 99, 5)}, {"ids": (10, 11, 99, 5)}],   # the same answer twice
+            "default": [{"ids": (10, 77, 12, 13)}],
+            "short": [{"ids": (10, 11)}]}                                  # stopped early
+    engine = GapEngine({4: 0.004, 3: -0.8})
+    out = bench_policy.differences(engine, prompt, rows)
+    assert out == [{"setting": "ngram", "token": 2, "gap": 0.004, "near_tie": True},
+                   {"setting": "default", "token": 1, "gap": -0.8, "near_tie": False},
+                   {"setting": "short", "token": 2, "gap": None, "near_tie": False}]
+    # the target decodes the prompt and the common part, then compares its token with the other
+    assert engine.asked == [([1, 2, 10, 11], 12, 99), ([1, 2, 10], 11, 77)]
+
+
+def test_the_tables_list_where_answers_part(tmp_path):
+    runs = {"tok_s": 10.0, "min": 9.0, "max": 11.0, "runs": [10.0], "cpu_tok_s": 10.0}
+    cell = {"prompt": "qa-1", "n": 128, "settings": {"target": runs, "K=8": runs, "default": runs},
+            "best": "target", "default_vs_best": 1.0, "default_vs_best_range": [0.9, 1.1],
+            "meets_0_97": True, "cpu_default_vs_best": 1.0, "cpu_meets_0_97": True, "cpu_best": "target",
+            "lossless": False,
+            "differences": [{"setting": "default", "token": 104, "gap": 0.0019, "near_tie": True}]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"runs": 1, "threads": 1,
+                                "pairs": [{"pair": "demo", "cold_default": runs, "cells": [cell]}]}))
+    table = bench_policy.markdown([str(path)])
+    assert "qa-1 128 default at token 104 (near-tie, gap 0.0019)" in table
