@@ -345,7 +345,8 @@ def test_a_draft_no_smaller_than_the_target_starts_paused():
 
 def test_rounds_of_another_drafter_only_add_the_targets_cost():
     """In a chain, a round the other drafter drafted tells this one the target's costs and moves
-    a paused one towards its next probe, but decides nothing about it."""
+    a paused one towards its next probe, but decides nothing about it (paused, it measures one
+    such round in eight: nothing is decided until the probe)."""
     p = AdaptivePolicy(1, 8)
     simulate(p, target_step=0.010, draft_step=0.5, accept=1.0, per_token_verify=0.1, rounds=40)
     assert not p.drafting
@@ -355,8 +356,29 @@ def test_rounds_of_another_drafter_only_add_the_targets_cost():
     rounds = p._verify[1].n
     for _ in range(gap):
         assert p.observe_other(other) is None
-    assert p._verify[1].n == rounds + gap and p._since_probe == before + gap
+    assert p._verify[1].n == pytest.approx(rounds + gap / 8, abs=1) and p._since_probe == before + gap
     assert not p.drafting and p.next_k() > 0 and p.probe      # due for a probe, still paused
+
+
+def test_paused_rounds_are_counted_and_a_sample_of_them_measured():
+    """While paused nothing is decided until the next probe: every round counts towards it,
+    one in eight is measured (its own time, not the unmeasured rounds' before it), and a probe
+    is timed from its own start."""
+    p = AdaptivePolicy(1, 8)
+    now = [0.0]
+    p._clock = lambda: now[0]
+    simulate(p, target_step=0.010, draft_step=0.5, accept=1.0, per_token_verify=0.1, rounds=40)
+    assert not p.drafting
+    p._clock = lambda: now[0]
+    tokens, measured = p._tokens, p._verify[1].n
+    plain = Step(index=0, k=0, drafted=0, accepted=0, emitted=1, draft_seconds=0.0, verify_seconds=0.010,
+                 drafting=False, verify_batch=1)
+    for _ in range(160):
+        assert p.next_k() == 0
+        now[0] += 0.010 + 0.0002          # the decode and 200 us of the loop's own
+        p.observe(plain)
+    assert p._tokens == tokens + 160 and p._verify[1].n == measured + 20
+    assert p.estimates()["round_seconds_beyond_decodes"]["plain"] == pytest.approx(0.0002)
 
 
 def test_costs_by_size_interpolate_and_extend():

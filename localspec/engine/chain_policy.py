@@ -102,7 +102,9 @@ class ChainPolicy:
                 note = pol.observe_other(step)
             else:
                 k = self.k_lookup if name == LOOKUP else self.k_model
-                note = pol.observe(replace(step, k=min(step.k, k), probe=self._probes[name]))
+                probe = self._probes[name]
+                note = pol.observe(step if step.k <= k and step.probe == probe
+                                   else replace(step, k=min(step.k, k), probe=probe))
             if note:
                 notes.append(f"{_LABEL[name]}: {note}")
         return "; ".join(notes) or None

@@ -62,6 +62,7 @@ _PROBE_BACKOFF_MAX = 128  # failed probes double the gap up to this (or the toke
 _PROBE_MAX = 4096
 _CATCHUP_WINDOW = 32     # tokens a drafter is assumed to re-read for a probe after a long pause
 _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
+_PAUSED_SAMPLE = 8       # while paused, one round in this many is measured (nothing to decide)
 _LEVEL_RATE = 0.2        # how fast the target's common cost level follows each round's cost
 SHORT_SYNC = 4          # a draft's first decode of at most this many tokens costs about one decode
 
@@ -311,6 +312,7 @@ class AdaptivePolicy:
         self._since_plain = 0                   # drafting rounds since the last plain step
         self._since_resume = 0                  # drafting rounds since drafting (re)started
         self._since_probe = 0
+        self._paused_rounds = 0                 # rounds observed while paused (a sample is measured)
         self._probe_every = _PROBE_MIN
         self._last_probe_speedup = 0.0
         self._note: str | None = None           # said at the first observe (a seeded pause)
@@ -593,26 +595,44 @@ class AdaptivePolicy:
         samples.add(r.verify_seconds / self._level)
         self._points, self._curves = {}, {}
 
+    def _count_paused(self, r: Step, own: bool = True) -> None:
+        """A round while paused: counted, and one in ``_PAUSED_SAMPLE`` measured (timed from
+        the round before it). Next to a fast target step the bookkeeping of every round
+        would be a cost of its own; the costs measured stay plenty for the next probe."""
+        self._paused_rounds += 1
+        due = self._paused_rounds % _PAUSED_SAMPLE
+        if due == 0:
+            self._count_round(r, own)
+            return
+        self._round += 1
+        self._tokens += r.emitted
+        # The next round is timed from here if it is the measured one; a probe from its next_k.
+        self._t_last = self._clock() if due == _PAUSED_SAMPLE - 1 else None
+
     def observe_other(self, r: Step) -> str | None:
         """A round another drafter (of a chain) drafted, or a plain step: only the target's
         cost, and the tokens that went by (towards the next probe while paused). Decisions
         wait for this drafter's own rounds, which alone bring new evidence about it. Returns
         a sentence still unsaid (a seeded pause)."""
-        self._count_round(r, own=False)
         if not self.drafting:
             self._since_probe += r.emitted
-        elif r.verify_batch == 1:
+            self._count_paused(r, own=False)
+            note, self._note = self._note, None
+            return note
+        self._count_round(r, own=False)
+        if r.verify_batch == 1:
             self._since_plain = 0
         note, self._note = self._note, None
         return note
 
     def observe(self, r: Step) -> str | None:
         """Learn from a finished round; return a sentence when drafting turns on or off."""
-        self._count_round(r)
         if not self.drafting and not r.probe:   # paused between probes: nothing to decide
             self._since_probe += r.emitted
+            self._count_paused(r)
             note, self._note = self._note, None
             return note
+        self._count_round(r)
         if r.verify_batch == 1:
             self._since_plain = 0
         elif self.drafting:
