@@ -200,6 +200,26 @@ def paired(cell: dict, a: str, b: str) -> float:
     return statistics.median(x / y for x, y in zip(ra, rb))
 
 
+def held_out(cell: dict, a: str = "default") -> float | None:
+    """a's tok/s over the best of the target alone and fixed K, with the best chosen on one
+    half of the repetitions and measured on the other (both ways, geometric mean). The plain
+    ratio picks the best as the largest of several noisy medians, which favours whichever
+    setting had the luckiest runs; this does not. None below two repetitions."""
+    st = cell["settings"]
+    rivals = [s for s in st if s == "target" or s.startswith("K=")]
+    n = len(st[a]["runs"])
+    if n < 2:
+        return None
+    halves = [list(range(0, n, 2)), list(range(1, n, 2))]
+    ratios = []
+    for pick, judge in (halves, halves[::-1]):
+        def med(name, idx):
+            return statistics.median(st[name]["runs"][i] for i in idx)
+        best = max(rivals, key=lambda r: med(r, pick))
+        ratios.append(med(a, judge) / med(best, judge))
+    return math.sqrt(ratios[0] * ratios[1])
+
+
 def markdown(paths: list[str]) -> str:
     """Tables of one or more result files: per pair, prompt and length, the medians (tok/s) and
     the verdicts."""
@@ -210,7 +230,8 @@ def markdown(paths: list[str]) -> str:
             cells = pair["cells"]
             names = list(cells[0]["settings"])
             chain = "chain_vs_better" in cells[0]
-            head = ["prompt", "n"] + names + ["default / best (range)", "paired", "CPU-time: default / best"] + (
+            head = ["prompt", "n"] + names + ["default / best (range)", "paired", "held-out",
+                                              "CPU-time: default / best"] + (
                 ["chain / better", "chain / model", "CPU-time: chain / better"] if chain else [])
             lines += [f"\n{pair['pair']} ({Path(path).name}, {data['runs']} runs, threads {data['threads']}; "
                       f"cold default {pair['cold_default']['tok_s']:.1f} tok/s)\n",
@@ -225,6 +246,8 @@ def markdown(paths: list[str]) -> str:
                 mark = "" if c["meets_0_97"] else " ✗"
                 row.append(f"**{c['default_vs_best']:.3f}**{mark} ({lo:.2f}-{hi:.2f})")
                 row.append(f"{paired(c, 'default', c['best']):.3f}")
+                ho = held_out(c)
+                row.append("-" if ho is None else f"{ho:.3f}")
                 if "cpu_default_vs_best" in c:
                     row.append(f"**{c['cpu_default_vs_best']:.3f}**" + ("" if c["cpu_meets_0_97"] else " ✗")
                                + f" (best {c['cpu_best']})")
@@ -246,6 +269,8 @@ def markdown(paths: list[str]) -> str:
             lines.append("\nGeometric mean over the prompts, default / best: wall "
                          + f"{_geomean(c['default_vs_best'] for c in cells):.3f}, paired "
                          + f"{_geomean(paired(c, 'default', c['best']) for c in cells):.3f}"
+                         + (f", held-out {_geomean(held_out(c) for c in cells):.3f}"
+                            if all(held_out(c) is not None for c in cells) else "")
                          + (f", CPU time {_geomean(c['cpu_default_vs_best'] for c in cells):.3f}"
                             if all("cpu_default_vs_best" in c for c in cells) else "")
                          + (f"; chain / best {_geomean(c['chain_vs_best'] for c in cells):.3f}"

@@ -1,12 +1,14 @@
-"""scripts/bench_policy.py's identity check: where an answer parts from the target alone's,
-and whether the target's logits there make it a near-tie (llama.cpp's batch rounding) or a
-real difference."""
+"""scripts/bench_policy.py's verdicts: where an answer parts from the target alone's (and
+whether the target's logits there make it a near-tie, llama.cpp's batch rounding, or a real
+difference), and the default against a best chosen on held-out repetitions."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
@@ -54,3 +56,14 @@ def test_the_tables_list_where_answers_part(tmp_path):
                                 "pairs": [{"pair": "demo", "cold_default": runs, "cells": [cell]}]}))
     table = bench_policy.markdown([str(path)])
     assert "qa-1 128 default at token 104 (near-tie, gap 0.0019)" in table
+
+
+def test_held_out_picks_the_best_on_one_half_and_judges_on_the_other():
+    def runs(*xs):
+        return {"runs": list(xs)}
+    # K=8 was lucky in the even repetitions: chosen there, it is judged on the odd ones
+    cell = {"settings": {"target": runs(100, 100, 100, 100), "K=8": runs(130, 90, 130, 90),
+                         "default": runs(110, 110, 110, 110), "ngram": runs(500, 500, 500, 500)}}
+    assert bench_policy.held_out(cell) == pytest.approx(((110 / 90) * (110 / 100)) ** 0.5)
+    one = {"settings": {"target": runs(100), "default": runs(90)}}
+    assert bench_policy.held_out(one) is None
