@@ -546,3 +546,50 @@ def test_a_seeded_sampled_generation_reads_in_line_and_repeats_itself(tiny_targe
                                  draft_max=3)))
         e.reset()
         assert drafter.alongside_seconds > 0     # unseeded: the draft reads alongside
+
+
+def test_a_prompt_read_alongside_is_not_waited_for_before_the_plain_step_is_known(tiny_draft, tiny_target,
+                                                                                   monkeypatch):
+    """Before any plain step is measured the budget is infinite; a read of unknown length (the
+    prompt's) must still leave the round to the target rather than be waited for: in a chain
+    the first model round once waited 0.4 s for the demo draft's prompt read, and the policy
+    took that wait for the draft's cost (3.7 target steps a draft step) and paused it."""
+    import math
+    import threading
+
+    import numpy as np
+
+    from localspec.engine.backend import Context, Model
+    from localspec.engine.chain import ChainDrafter
+    from localspec.engine.drafters import ModelDrafter, NgramDrafter
+
+    model = Model(str(tiny_draft), gpu_layers=0)
+    rng = np.random.default_rng(0)
+    prompt = [int(t) for t in rng.integers(5, 200, 60)]
+    release = threading.Event()
+    try:
+        ctx = Context(model, n_ctx=512, threads=1)
+        real = ctx.decode
+
+        def held(tokens, *, logits="last"):
+            if logits == "none":
+                release.wait(10)      # the prompt's read: as slow as the test wants
+            return real(tokens, logits=logits)
+
+        monkeypatch.setattr(ctx, "decode", held)
+        d = ModelDrafter(ctx)
+        d.read_alongside(prompt)
+        assert not d.ready and d.busy_for() == math.inf
+        out = d.draft(prompt, 4, GREEDY, None, budget=math.inf)
+        assert out.steps == 0 and out.tokens == [] and not d.ready, "not waited for"
+        chain = ChainDrafter(NgramDrafter(), d)
+        out = chain.draft(prompt, 4, GREEDY, None, budget=math.inf)
+        assert out.tokens == [] and out.source == "ngram" and not d.ready   # the lookup missed: a plain step
+        release.set()
+        d.settle()
+        out = d.draft(prompt, 4, GREEDY, None, budget=math.inf)
+        assert out.tokens and out.sync_tokens <= 2
+    finally:
+        release.set()
+        d.close()
+        model.close()

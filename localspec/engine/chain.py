@@ -17,6 +17,7 @@ verifies each lookup's draft, so a lookup miss finds it at most one round behind
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 from .drafters import Draft, Gate, ModelDrafter, NgramDrafter
@@ -71,8 +72,11 @@ class ChainDrafter:
               budget: float | None = None) -> Draft:
         plan = self._plan
         k_lookup, k_model = (k, k) if plan is None else (min(k, plan.k_lookup), min(k, plan.k_model))
-        if not self.model.ready and (budget is None or self.model.busy_for() > budget):
-            k_model = 0      # reading alongside for longer than a plain step: a lookup miss is one
+        if not self.model.ready and (budget is None or self.model.busy_for() > budget
+                                     or self.model.busy_for() == math.inf):
+            # Reading alongside for longer than a plain step, or for how long nobody knows (a
+            # prompt's read; no plain step measured yet): a lookup miss is a plain step.
+            k_model = 0
         if k_lookup <= 0:
             # Paused lookups cost nothing: the index takes in what went by at the next lookup.
             d = Draft([], None, 0.0, 0)

@@ -309,9 +309,11 @@ class ModelDrafter:
         emitted, or everything since a pause). Drafting then starts one or two plain steps
         later with little left to decode. A round's usual first decode (a few tokens) is
         never deferred; with no batch measured yet, more than a short batch's worth of
-        tokens is taken as dear."""
+        tokens is taken as dear. A read of unknown length (a prompt's) is never waited for,
+        even with no plain step measured yet (an infinite budget): the round is the target's."""
         if not self.ready:
-            if self.busy_for() > budget:
+            busy = self.busy_for()
+            if busy > budget or busy == math.inf:
                 return True
             self.settle()    # nearly done: waiting costs less than leaving the round
         if self.offset:
