@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))   # tiny_gguf: the generated pairs
 
 from localspec.bench.sweep import PROMPTS  # noqa: E402
-from localspec.chat.comparison import NEAR_TIE  # noqa: E402
+from localspec.chat.comparison import NEAR_TIE, gap_where_they_part  # noqa: E402
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, PromptProcessed, RunSpec, SamplingConfig  # noqa: E402
 from localspec.engine.backend import backend_name  # noqa: E402
 
@@ -177,17 +177,15 @@ def differences(engine: Engine, prompt: list[int], rows: dict[str, list]) -> lis
     """Where each answer that is not the target alone's parts from it, and how far apart the
     target puts the two tokens there (decoded one at a time): a near-tie (below
     comparison.NEAR_TIE) is llama.cpp's batch rounding, anything else a bug to chase."""
-    base = list(rows["target"][0]["ids"])
+    base = tuple(rows["target"][0]["ids"])
     out, seen = [], set()
     for name, rs in rows.items():
         for r in rs:
-            ids = list(r["ids"])
-            if ids == base or (name, tuple(ids)) in seen:
+            ids = tuple(r["ids"])
+            if ids == base or (name, ids) in seen:
                 continue
-            seen.add((name, tuple(ids)))
-            i = next((j for j, (x, y) in enumerate(zip(base, ids)) if x != y), min(len(base), len(ids)))
-            gap = (engine.logit_gap(prompt + base[:i], base[i], ids[i])
-                   if i < min(len(base), len(ids)) else None)
+            seen.add((name, ids))
+            i, gap = gap_where_they_part(engine, prompt, base, ids)
             out.append({"setting": name, "token": i, "gap": gap,
                         "near_tie": gap is not None and abs(gap) < NEAR_TIE})
     return out
@@ -210,13 +208,12 @@ def held_out(cell: dict, a: str = "default") -> float | None:
     n = len(st[a]["runs"])
     if n < 2:
         return None
-    halves = [list(range(0, n, 2)), list(range(1, n, 2))]
-    ratios = []
-    for pick, judge in (halves, halves[::-1]):
-        def med(name, idx):
-            return statistics.median(st[name]["runs"][i] for i in idx)
-        best = max(rivals, key=lambda r: med(r, pick))
-        ratios.append(med(a, judge) / med(best, judge))
+    def med(name: str, half: range) -> float:
+        return statistics.median(st[name]["runs"][i] for i in half)
+
+    even, odd = range(0, n, 2), range(1, n, 2)
+    ratios = [med(a, judge) / med(max(rivals, key=lambda r: med(r, pick)), judge)
+              for pick, judge in ((even, odd), (odd, even))]
     return math.sqrt(ratios[0] * ratios[1])
 
 

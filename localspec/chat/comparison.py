@@ -54,10 +54,7 @@ class ComparisonResult:
 
     @property
     def first_difference(self) -> int | None:
-        a, b = self.base.token_ids, self.spec.token_ids
-        if list(a) == list(b):
-            return None
-        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return first_difference(self.base.token_ids, self.spec.token_ids)
 
     def outputs_line(self) -> str:
         same = self.identical
@@ -140,10 +137,28 @@ def compare(engine: Engine, tokens: list[int], spec: RunSpec, *, prompt: str = "
     return result
 
 
+def first_difference(a, b) -> int | None:
+    """The first position where two token sequences differ (the shorter one's length when
+    one is the other's start); None when they are equal."""
+    a, b = list(a), list(b)
+    if a == b:
+        return None
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def gap_where_they_part(engine: Engine, prompt: list[int], a, b) -> tuple[int | None, float | None]:
+    """Where answer ``b`` parts from ``a`` after ``prompt``, and the target's logit of a's
+    token there minus b's (one more target decode of the prompt and the common part, so a
+    near-tie reads as one); the gap is None where one answer only stopped sooner."""
+    i = first_difference(a, b)
+    a, b = list(a), list(b)
+    if i is None or i >= min(len(a), len(b)):
+        return i, None
+    return i, engine.logit_gap(list(prompt) + a[:i], a[i], b[i])
+
+
 def measure_difference(engine: Engine, tokens: list[int], result: ComparisonResult) -> None:
-    """Where greedy answers part, how far apart the target puts the two tokens (one more
-    target decode of the prompt and the common part, so a near-tie reads as one)."""
-    i = result.first_difference if result.greedy else None
-    a, b = list(result.base.token_ids), list(result.spec.token_ids)
-    if i is not None and i < min(len(a), len(b)):
-        result.gap_at_difference = engine.logit_gap(list(tokens) + a[:i], a[i], b[i])
+    """Where greedy answers part, how far apart the target puts the two tokens."""
+    if result.greedy:
+        result.gap_at_difference = gap_where_they_part(engine, tokens, result.base.token_ids,
+                                                       result.spec.token_ids)[1]

@@ -17,7 +17,6 @@ verifies each lookup's draft, so a lookup miss finds it at most one round behind
 
 from __future__ import annotations
 
-import math
 from typing import Protocol
 
 from .drafters import Draft, Gate, ModelDrafter, NgramDrafter
@@ -72,8 +71,7 @@ class ChainDrafter:
               budget: float | None = None) -> Draft:
         plan = self._plan
         k_lookup, k_model = (k, k) if plan is None else (min(k, plan.k_lookup), min(k, plan.k_model))
-        if not self.model.ready and (budget is None or self.model.busy_for() > budget
-                                     or self.model.busy_for() == math.inf):
+        if not self.model.ready and (budget is None or self.model.busy_beyond(budget)):
             # Reading alongside for longer than a plain step, or for how long nobody knows (a
             # prompt's read; no plain step measured yet): a lookup miss is a plain step.
             k_model = 0

@@ -312,8 +312,7 @@ class ModelDrafter:
         tokens is taken as dear. A read of unknown length (a prompt's) is never waited for,
         even with no plain step measured yet (an infinite budget): the round is the target's."""
         if not self.ready:
-            busy = self.busy_for()
-            if busy > budget or busy == math.inf:
+            if self.busy_beyond(budget):
                 return True
             self.settle()    # nearly done: waiting costs less than leaving the round
         if self.offset:
@@ -392,6 +391,12 @@ class ModelDrafter:
         if self.ready:
             return 0.0
         return max(self._done_at - time.perf_counter(), 0.0)
+
+    def busy_beyond(self, budget: float) -> bool:
+        """Whether a read alongside runs for longer than ``budget`` seconds, or for how long
+        nobody knows (a prompt's): such a read is never waited for, whatever the budget."""
+        busy = self.busy_for()
+        return busy > budget or busy == math.inf
 
     def settle(self, wait: bool = True) -> None:
         """Wait for a read alongside; ``wait=False``: cancel a running one instead (it stops
