@@ -407,6 +407,35 @@ def test_a_draft_far_behind_catches_up_alongside_and_leaves_the_round_to_the_tar
         model.close()
 
 
+def test_a_draft_whose_tokens_were_all_accepted_is_not_behind(tiny_draft):
+    """After a round whose draft the target accepted whole, the cache already holds all but
+    the last drafted token: the next draft decodes that one and the target's bonus token in
+    line, however small the budget, and never leaves the round to the target as if it had
+    the whole draft to catch up on."""
+    import numpy as np
+
+    from localspec.engine.backend import Context, Model
+    from localspec.engine.drafters import ModelDrafter
+
+    model = Model(str(tiny_draft), gpu_layers=0)
+    rng = np.random.default_rng(1)
+    prompt = [int(t) for t in rng.integers(5, 200, 60)]
+    try:
+        ctx = Context(model, n_ctx=512, threads=1)
+        d = ModelDrafter(ctx)
+        d.prefill(prompt)                        # a batch: its cost per token is measured
+        assert d._per_token is not None
+        context = list(prompt)
+        for _ in range(3):
+            out = d.draft(context, 8, GREEDY, None, budget=1e-9)
+            assert len(out.tokens) == 8 and out.steps == 8, "deferred as if far behind"
+            assert out.sync_tokens <= 2
+            context = context + out.tokens + [7]   # all accepted, and the target's bonus token
+    finally:
+        d.close()
+        model.close()
+
+
 def test_a_chain_catches_the_model_up_alongside_its_lookups(tiny_target, tiny_draft, monkeypatch):
     """With cores to spare, each round the lookup drafts also starts the draft model catching
     up on the tokens emitted so far, on its own thread while the target verifies; the output

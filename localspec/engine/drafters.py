@@ -317,7 +317,10 @@ class ModelDrafter:
             self.settle()    # nearly done: waiting costs less than leaving the round
         if self.offset:
             return False
-        behind = len(context) - 1 - min(self._known, len(self.ctx.tokens))
+        # What the cache lacks, compared: after a draft the target accepted whole it holds
+        # all but the last drafted token, and only the new part is compared.
+        end = len(context) - 1
+        behind = end - self._held(context, end)
         per = self._per_token
         if behind <= _ROUND_SYNC or (behind <= _SHORT_BATCH if per is None else behind * per <= budget):
             return False
