@@ -2,6 +2,8 @@
 
 import random
 
+import pytest
+
 from localspec.engine.chain_policy import LOOKUP, MODEL, ChainPolicy
 from localspec.engine.events import Step
 
@@ -130,3 +132,20 @@ def test_a_model_round_pays_for_catching_up_on_the_lookups_tokens():
     assert dear.lookup.drafting and sources[200:].count(LOOKUP) > 0.4 * len(sources[200:])
     seeded = ChainPolicy.build(1, 8, None, True, learned=dear.learned())
     assert seeded.model.round_extra == dear.model.round_extra
+
+
+def test_a_wait_for_the_catch_up_alongside_is_the_chains_cost_not_the_drafts_decode():
+    """A model round that first waited for its catch-up running alongside: the wait is part
+    of what a model round costs in a chain (its catch-up), not of the draft's first decode,
+    which the model's policy prices every K with."""
+    chain = ChainPolicy.build(1, 8, None, True)
+    for i in range(6):
+        chain.next_k()
+        chain.observe(Step(i, 0, 0, 0, 1, 0.0, 0.030, True))
+    for i in range(6, 10):
+        chain.next_k()
+        wait = 0.050 if i == 8 else 0.0
+        chain.observe(Step(i, 3, 3, 3, 4, 0.060 + wait, 0.036, True, draft_steps=3, verify_batch=4,
+                           sync_tokens=2, sync_seconds=0.020 + wait, wait_seconds=wait, source=MODEL))
+    assert chain.model.one_decode_seconds() == pytest.approx(0.020)
+    assert chain.model.round_extra > 0.005, "the wait is a model round's cost in the chain"

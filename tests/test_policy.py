@@ -127,6 +127,31 @@ def test_one_bad_first_round_does_not_pause():
     assert sum(1 for k, *_ in log if k > 0) >= 0.9 * len(log)
 
 
+def test_one_slow_draft_decode_does_not_pause_a_draft_that_pays():
+    """The draft's first decode of a round, slow once (a spike of a busy machine, a wait for a
+    read alongside taken for a decode): one sample of a cost proves little, so drafting goes
+    on; the same cost measured again and again does pause it. Drafting pays here (all
+    accepted, each draft decode 2/3 of a target step; a chain's lookups have measured the
+    target's plain step well before the draft model's first round)."""
+    def run(syncs):
+        p = AdaptivePolicy(1, 8)
+        for i in range(12):
+            p.observe_other(Step(i, 0, 0, 0, 1, 0.0, 0.030 * (1 + 0.02 * (i % 3)), True))
+        for i in range(12, 40):
+            k = p.next_k()
+            if k == 0:
+                p.observe(Step(i, 0, 0, 0, 1, 0.0, 0.030, p.drafting))
+                continue
+            sync = syncs[min(p._draft_rounds, len(syncs) - 1)]
+            draft = sync + 0.020 * (k - 1)
+            p.observe(Step(i, k, k, k, k + 1, draft, 0.030 * (1 + 0.05 * k), True, draft_steps=k,
+                           verify_batch=k + 1, sync_tokens=2, sync_seconds=sync))
+        return p
+
+    assert run([0.020, 0.120, 0.020]).pauses == 0, "one slow sample"
+    assert run([0.020, 0.120]).pauses >= 1, "slow every time: the draft's first decode loses"
+
+
 def test_resume_followed_by_noise_keeps_drafting():
     """Hard text pauses drafting; once a probe brings it back, two bad rounds right after the
     resume do not pause it again (the evidence is reset, fresh rounds decide)."""

@@ -95,7 +95,8 @@ class ChainDrafter:
         # The lookup's time is part of this round's first (sync) step. A model that only
         # started catching up (no decode: steps 0) leaves a plain step, which no drafter drafted.
         return Draft(m.tokens, m.dists, m.seconds + d.seconds, m.steps, m.sync_tokens,
-                     m.sync_seconds + d.seconds, m.confidence, source=self.model.name if m.steps else "")
+                     m.sync_seconds + d.seconds, m.confidence, source=self.model.name if m.steps else "",
+                     waited=m.waited)
 
     def close(self) -> None:
         self.lookup.close()   # the model drafter's context belongs to the engine's model drafter

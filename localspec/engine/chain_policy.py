@@ -111,12 +111,15 @@ class ChainPolicy:
 
     def _learn_catchup(self, step: Step) -> None:
         """The model round's first decode beyond what one decode costs (its catch-up on the
-        lookups' tokens), averaged over recent model rounds."""
+        lookups' tokens), and its wait for the catch-up running alongside, averaged over
+        recent model rounds."""
         one = self.model.one_decode_seconds()
         if one is None:
             return
         # Short syncs are part of the policy's own first-decode cost; longer ones are not.
-        extra = max(step.sync_seconds - one, 0.0) if step.sync_tokens > SHORT_SYNC else 0.0
+        decode = step.sync_seconds - step.wait_seconds
+        extra = max(decode - one, 0.0) if step.sync_tokens > SHORT_SYNC else 0.0
+        extra += step.wait_seconds
         self._catchup = extra if self._catchup is None else self._catchup + 0.2 * (extra - self._catchup)
         self.model.round_extra = self._catchup
 

@@ -35,6 +35,7 @@ class Draft:
     sync_seconds: float = 0.0
     confidence: list[float] | None = None  # the draft's top probability at each drafted position
     source: str = ""           # which drafter of a chain drafted it ("" : the drafter itself)
+    waited: float = 0.0        # of sync_seconds, the wait for a read alongside (no decode of its own)
 
 
 _SHORT_BATCH = 8   # tokens: a catch-up this short costs about one decode, not a batch rate
@@ -421,12 +422,15 @@ class ModelDrafter:
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None, budget=None) -> Draft:
         """Up to ``k`` tokens after ``context``. ``gate(position, top_probability)`` is asked
         before each token is added; drafting stops when it says no. Waiting for a catch-up
-        that runs alongside counts in the round's first (sync) step; with a ``budget`` the
-        draft does not wait (see :meth:`_defer`)."""
+        that runs alongside counts in the round's first (sync) step, and is reported apart
+        (``waited``: it is no decode's cost); with a ``budget`` the draft waits only for a
+        read nearly done (see :meth:`_defer`)."""
         t0 = time.perf_counter()
+        reading = not self.ready
         if budget is not None and self._defer(context, budget):
             return Draft([], None, time.perf_counter() - t0, 0)
         self.settle()
+        waited = time.perf_counter() - t0 if reading else 0.0
         room = self.ctx.n_ctx - (len(context) - self.offset)
         k = min(k, room)
         if k <= 0:
@@ -461,7 +465,8 @@ class ModelDrafter:
             steps += 1
         seconds = time.perf_counter() - t0
         self._measured(synced, t_sync, steps, seconds)
-        return Draft(tokens, None if cfg.greedy else dists, seconds, steps, synced, t_sync, confidence)
+        return Draft(tokens, None if cfg.greedy else dists, seconds, steps, synced, t_sync, confidence,
+                     waited=waited)
 
     def close(self) -> None:
         try:

@@ -66,6 +66,7 @@ class Step:
     sync_seconds: float = 0.0
     confidence: tuple[float, ...] = ()   # the draft's top probability at each drafted position
     source: str = ""             # which drafter of a chain drafted this round ("": the only one)
+    wait_seconds: float = 0.0    # of sync_seconds, the drafter's wait for a read alongside
 
 
 @dataclass(frozen=True, slots=True)

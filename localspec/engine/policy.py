@@ -437,6 +437,15 @@ class AdaptivePolicy:
         noise = self._noise()
         return max(1.0 - _Z * (0.5 if noise is None else noise), 0.5)
 
+    def _low_of(self, s: _Samples) -> float:
+        """:meth:`_low` for a draft cost, or lower while its own samples say less: one sample
+        (a round slow for reasons of its own, a spike of a busy machine) proves little."""
+        low = self._low()
+        kept = len(s._kept())
+        if kept == 0:
+            return low           # carried from the last generation
+        return min(low, max(1.0 - _Z * s.rel_se, 0.5))
+
     def _curve(self, alpha: float | None = None, optimistic: bool = False) -> dict[int, tuple[float, float]]:
         """(expected tokens, expected seconds) of a round for every K on the ladder, in one pass
         over the draft positions; ``alpha`` replaces the measured acceptance at every position,
@@ -455,8 +464,7 @@ class AdaptivePolicy:
         out[0] = (1.0, table[1] + plain)
         step = (self._step.value if self._step.value is not None else sync) if self._multi else 0.0
         if optimistic:
-            low = self._low()
-            sync, step = sync * low, step * low
+            sync, step = sync * self._low_of(self._sync), step * self._low_of(self._step)
         fixed = self.round_extra + sync + (plain if drafting is None else drafting)
         # Per position i: cont = P(the draft goes on to i | it drafted i - 1); the acceptance
         # P(i accepted | drafted, all before accepted) is the position's own counts pulled
@@ -716,10 +724,12 @@ class AdaptivePolicy:
         if r.draft_steps > 1:
             self._multi = True
             self._step.add((r.draft_seconds - r.sync_seconds) / (r.draft_steps - 1))
+        # A wait for a read alongside is no decode's cost (a chain counts it as catching up).
+        sync = r.sync_seconds - r.wait_seconds
         if r.sync_tokens <= SHORT_SYNC:   # a short catch-up costs about one decode
-            self._sync.add(r.sync_seconds if r.sync_seconds > 0 else r.draft_seconds / r.draft_steps)
+            self._sync.add(sync if r.sync_seconds > 0 else r.draft_seconds / r.draft_steps)
         elif self._sync.value is not None:
-            per = max(r.sync_seconds - self._sync.value, 0.0) / (r.sync_tokens - 1)
+            per = max(sync - self._sync.value, 0.0) / (r.sync_tokens - 1)
             self._catchup = _ema(self._catchup, per)
 
     def plain_step_seconds(self) -> float | None:
