@@ -16,7 +16,8 @@ measures, and acts on that prediction with stated confidence:
 * **Whether to draft.** Drafting pauses only when even an optimistic reading of the evidence
   (acceptance at its upper credible bound and costs at the low end of their intervals, about
   95% one-sided) says it loses; so one bad round, or noise just after resuming, cannot pause
-  it. A pair near break-even also pauses once a dozen fresh rounds expect a 3% loss. While
+  it. A pair near break-even also pauses once a dozen fresh rounds expect a 3% loss (a
+  clearer loss after fewer, four at least). While
   paused, short probes test drafting again: soon early in a generation, then at gaps that
   keep probing under ``probe_budget`` of the time. A probe whose evidence predicts
   a clear gain resumes drafting, and the evidence is then thinned so that fresh rounds decide.
@@ -50,7 +51,7 @@ _MIN_AFTER_RESUME = 4    # drafting rounds after a resume before acceptance alon
 _MOVE_MARGIN = 0.02      # a new K must be predicted this much faster to move there
 _RESUME_MARGIN = 0.03    # a probe must predict this much gain to resume drafting
 _EXPECTED_LOSS = 0.03    # drafting pauses when it is expected to lose this much ...
-_EXPECTED_ROUNDS = 12    # ... over at least this many drafting rounds since it (re)started
+_EXPECTED_ROUNDS = 12    # ... after this many drafting rounds since it (re)started (more, sooner)
 _REFRESH_BUDGET = 0.005  # plain steps that refresh the target step's cost: this share of the time
 _REFRESH_FIRST = 0.02    # ... while it has fewer than three samples
 _REFRESH_MIN = 12        # drafting rounds between plain-step measurements, at least
@@ -671,8 +672,11 @@ class AdaptivePolicy:
                                   or (cost_only < 1.0 and self._draft_rounds >= 2))
             # A pair near break-even: once enough fresh rounds say drafting loses on average,
             # pause even short of 95% (probes can bring it back; resuming needs a clear gain,
-            # so the two thresholds do not make it flap).
-            pause = pause or (s_best < 1.0 - _EXPECTED_LOSS and self._since_resume >= _EXPECTED_ROUNDS)
+            # so the two thresholds do not make it flap). A clearer loss needs fewer rounds
+            # (the estimate's noise falls as the square root of them): 10% after four.
+            n = self._since_resume
+            pause = pause or (n >= _MIN_AFTER_RESUME and
+                              s_best < 1.0 - _EXPECTED_LOSS * max(1.0, math.sqrt(_EXPECTED_ROUNDS / n)))
         else:
             k_best, s_best = self._best()
             self.predicted_speedup = s_best
