@@ -260,6 +260,25 @@ def test_pair_with_known_costs_starts_where_the_last_run_ended():
     assert all(k > 0 for k, *_ in log), "the target step is known: no plain measuring rounds"
 
 
+def test_a_seeded_generation_near_break_even_measures_its_plain_step_at_once():
+    """The last generation's plain step, moved by how much the batch sizes measured again
+    have moved, can be wrong (here the verify batches grew dearer than the plain step did:
+    it reads ~30% too dear, so drafting looks 1.2x where it loses ~5%). A seeded generation
+    whose predicted gain is small measures the plain step at once, and pauses within a few
+    rounds; one that gains clearly spends no round on it."""
+    last = AdaptivePolicy(1, 8)
+    simulate(last, target_step=0.050, draft_step=0.012, per_token_verify=0.05, rounds=100, accept=0.95)
+    p = AdaptivePolicy(1, 8, learned=last.learned())
+    log = []
+    simulate(p, target_step=0.050, draft_step=0.045, per_token_verify=0.12, rounds=60, log=log, accept=0.9)
+    assert p.pauses >= 1 and not p.drafting
+    assert sum(1 for k, *_ in log if k > 0) <= 8
+    pays = AdaptivePolicy(1, 8, learned=last.learned())
+    log = []
+    simulate(pays, target_step=0.050, draft_step=0.012, per_token_verify=0.05, rounds=30, log=log, accept=0.95)
+    assert all(k > 0 for k, *_ in log), "a clear gain: no plain step spent"
+
+
 def test_costs_learned_at_a_longer_context_move_with_the_fresh_ones():
     """The last generation ended at a long context where every target step cost 3x what it
     costs now. Seeded at K=5, only the batch of 6 is measured again; the batch of 9 must not

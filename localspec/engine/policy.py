@@ -54,6 +54,7 @@ _EXPECTED_LOSS = 0.03    # drafting pauses when it is expected to lose this much
 _EXPECTED_ROUNDS = 12    # ... after this many drafting rounds since it (re)started (a larger loss, fewer)
 _REFRESH_BUDGET = 0.005  # plain steps that refresh the target step's cost: this share of the time
 _REFRESH_FIRST = 0.02    # ... while it has fewer than three samples
+_SEEDED_CHECK = 0.15     # a seeded generation predicting less gain than this measures its plain step
 _REFRESH_MIN = 12        # drafting rounds between plain-step measurements, at least
 _REFRESH_MAX = 400
 _WINDOW = 16             # samples kept per cost
@@ -577,6 +578,11 @@ class AdaptivePolicy:
             return True
         tokens, seconds = best
         lost = max(curve[0][1] - seconds / tokens, 0.0)   # a plain round instead of a drafted token
+        if s.n == 0 and lost < _SEEDED_CHECK * curve[0][1]:
+            # Only the last generation's plain step, moved by the drift of the sizes measured
+            # again (which need not move alike), and a gain too small to be sure of: one
+            # plain step now costs next to nothing and may turn the decision.
+            return False
         budget = _REFRESH_FIRST if s.n < 3 and s.prior is None else _REFRESH_BUDGET
         every = lost / (budget * seconds) if seconds > 0 else _REFRESH_MIN
         return self._since_plain < min(max(every, _REFRESH_MIN), _REFRESH_MAX)
