@@ -192,6 +192,49 @@ def test_a_chain_round_is_the_lookups_when_only_the_lookup_looked(tiny_draft):
         model.close()
 
 
+def test_a_lookup_match_the_model_drafts_instead_is_judged_by_what_the_target_emits(tiny_draft):
+    """A plan that gives the round to the draft model although the lookup found a match: the
+    model drafts, and the lookup's proposal is judged once the target's tokens decide it
+    (its leading tokens that match, up to the first that does not); a context that is no
+    extension of the last drops what is held."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from localspec.engine.backend import Context, Model
+    from localspec.engine.chain import ChainDrafter
+    from localspec.engine.drafters import ModelDrafter, NgramDrafter
+
+    model = Model(tiny_draft)
+    judged = []
+    try:
+        chain = ChainDrafter(NgramDrafter(), ModelDrafter(Context(model, n_ctx=256)))
+        plan = SimpleNamespace(k_lookup=4, k_model=3, model_drafting=True, lookup_first=False,
+                               lookup_unused=lambda k, drafted, accepted: judged.append((k, drafted, accepted)))
+        chain.follow(plan)
+        rng = np.random.default_rng(0)
+        context = [5, 6, 7, 8, 9, 10, 11, 5, 6, 7]      # the lookup proposes 8 9 10 11
+        chain.prefill(context)
+        d = chain.draft(context, 4, GREEDY, rng)
+        assert d.source == "model" and 1 <= len(d.tokens) <= 3 and d.steps >= 1
+        assert chain.lookups == 0 and judged == []
+        d = chain.draft(context + [8], 4, GREEDY, rng)    # one token emitted: not decided yet
+        assert judged == []
+        chain.draft(context + [8, 9, 42], 4, GREEDY, rng)
+        assert judged[0] == (4, 4, 2)
+        judged.clear()
+        plan.lookup_first = True
+        d = chain.draft(context, 4, GREEDY, rng)          # the lookups' round again
+        assert d.source == "ngram" and d.tokens == [8, 9, 10, 11] and chain.lookups == 1
+        plan.lookup_first = False
+        chain.draft(context, 4, GREEDY, rng)
+        chain.draft([1, 2], 4, GREEDY, rng)                # a shorter context: nothing left to judge
+        assert not chain._unused and judged == []
+        chain.model.close()
+    finally:
+        model.close()
+
+
 def test_ngram_lookups_are_measured_by_the_policy(tiny_target):
     """Prompt lookup reports its lookups as drafting steps: the policy knows their cost, and
     what a lookup round costs beyond the decodes (next to this toy's ~0.1 ms target step the

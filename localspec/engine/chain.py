@@ -17,20 +17,27 @@ verifies each lookup's draft, so a lookup miss finds it at most one round behind
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Protocol
 
-from .drafters import Draft, Gate, ModelDrafter, NgramDrafter
+from .drafters import Draft, Gate, ModelDrafter, NgramDrafter, _common_prefix
 from .sampling import SamplingConfig
+
+_UNUSED_HELD = 8   # lookup proposals waiting to be judged against what the target emits
 
 
 class Plan(Protocol):
-    """This round's draft length per drafter (a ChainPolicy), and whether the model drafts."""
+    """This round's draft length per drafter (a ChainPolicy), whether the model drafts, and
+    whether a lookup's match drafts before it (else the model takes the round)."""
 
     k_lookup: int
     k_model: int
+    lookup_first: bool
 
     @property
     def model_drafting(self) -> bool: ...
+
+    def lookup_unused(self, k: int, drafted: int, accepted: int) -> None: ...
 
 
 class ChainDrafter:
@@ -46,6 +53,9 @@ class ChainDrafter:
         self.ctx = model.ctx
         self.lookups = 0       # rounds the lookup drafted (the rest fell to the model)
         self._plan: Plan | None = None
+        # Lookup proposals the model drafted instead: (where they start in the context,
+        # their tokens, the K they were drafted under), until the target's tokens judge them.
+        self._unused: deque[tuple[int, list[int], int]] = deque(maxlen=_UNUSED_HELD)
 
     def follow(self, plan: Plan | None) -> None:
         """Take each round's draft lengths from ``plan`` (None: both drafters get the K the
@@ -53,6 +63,7 @@ class ChainDrafter:
         self._plan = plan
 
     def prefill(self, tokens: list[int], *, now: bool = True) -> None:
+        self._unused.clear()
         self.lookup.prefill(tokens)
         plan = self._plan
         self.model.prefill(tokens, now=now if plan is None else plan.model_drafting)
@@ -61,6 +72,7 @@ class ChainDrafter:
         plan = self._plan
         if plan is not None and not plan.model_drafting:
             return False            # a paused model reads nothing: prefill does the lookup's index
+        self._unused.clear()
         self.lookup.prefill(tokens)
         return self.model.read_alongside(tokens)
 
@@ -75,11 +87,21 @@ class ChainDrafter:
             # Reading alongside for longer than a plain step, or for how long nobody knows (a
             # prompt's read; no plain step measured yet): a lookup miss is a plain step.
             k_model = 0
+        if self._unused and plan is not None:
+            self._judge_unused(context, plan)
         if k_lookup <= 0:
             # Paused lookups cost nothing: the index takes in what went by at the next lookup.
             d = Draft([], None, 0.0, 0)
         else:
             d = self.lookup.draft(context, k_lookup, cfg, rng, gate)
+        if d.tokens and k_model > 0 and plan is not None and not plan.lookup_first:
+            # The model's rounds pay more here: it drafts, and the lookup's proposal waits to
+            # be judged by what the target emits. A model that only starts catching up
+            # (proposes nothing) leaves the round to the lookup after all.
+            m = self.model.draft(context, k_model, cfg, rng, gate, budget)
+            if m.steps:
+                self._unused.append((len(context), d.tokens, k_lookup))
+                return self._model_round(m, d.seconds)
         if d.tokens:
             self.lookups += 1
             if budget is not None and k_model > 0:   # beside the target: keep the model close behind
@@ -91,12 +113,30 @@ class ChainDrafter:
             # lookup's round (as alone, its policy learns what a miss costs, and may pause it).
             d.source = self.lookup.name if d.steps else ""
             return d
-        m = self.model.draft(context, k_model, cfg, rng, gate, budget)
-        # The lookup's time is part of this round's first (sync) step. A model that only
-        # started catching up (no decode: steps 0) leaves a plain step, which no drafter drafted.
-        return Draft(m.tokens, m.dists, m.seconds + d.seconds, m.steps, m.sync_tokens,
-                     m.sync_seconds + d.seconds, m.confidence, source=self.model.name if m.steps else "",
+        return self._model_round(self.model.draft(context, k_model, cfg, rng, gate, budget), d.seconds)
+
+    def _model_round(self, m: Draft, lookup_seconds: float) -> Draft:
+        """The model's draft as this round's: the lookup's time is part of its first (sync)
+        step. A model that only started catching up (no decode: steps 0) leaves a plain
+        step, which no drafter drafted."""
+        return Draft(m.tokens, m.dists, m.seconds + lookup_seconds, m.steps, m.sync_tokens,
+                     m.sync_seconds + lookup_seconds, m.confidence, source=self.model.name if m.steps else "",
                      waited=m.waited)
+
+    def _judge_unused(self, context: list[int], plan: Plan) -> None:
+        """Judge each held proposal whose fate the context now decides: its leading tokens
+        that match what the target emitted there, up to the first that does not (or all)."""
+        n = len(context)
+        for item in list(self._unused):
+            start, tokens, k = item
+            if start > n:            # a context that is no extension of the last: drop them
+                self._unused.clear()
+                return
+            seen = context[start:start + len(tokens)]
+            matched = _common_prefix(tokens, seen)
+            if matched < len(seen) or len(seen) == len(tokens):
+                self._unused.remove(item)
+                plan.lookup_unused(k, len(tokens), matched)
 
     def close(self) -> None:
         self.lookup.close()   # the model drafter's context belongs to the engine's model drafter

@@ -12,6 +12,15 @@ model paused (and its prompt unread); where lookups find nothing, the model draf
 A model round in a chain also costs what a lone draft model never pays: decoding the tokens
 the lookups' rounds emitted since its last round, before it can draft. The chain measures
 that per model round and adds it to the model policy's round cost.
+
+A lookup that finds a match is not always the better round: where the answer only half
+repeats its context (code that renames, a chat that quotes), its drafts are accepted less
+than the draft model's, and a lookup round that barely beats a plain step takes the place of
+a model round that pays more. So each round the chain compares the two policies' expected
+tokens per second and, where the model's is clearly higher, gives it the round even when the
+lookup found something (:attr:`ChainPolicy.lookup_first`). The lookup's unused proposal is
+judged against what the target then emits (:meth:`ChainPolicy.lookup_unused`), so its
+acceptance stays current and the lookups take their rounds back when they pay more again.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from .policy import SHORT_SYNC, AdaptivePolicy
 
 LOOKUP, MODEL = "ngram", "model"     # the drafters' names, as Step.source carries them
 _CATCHUP = "model_catchup"           # learned: a model round's mean catch-up seconds
+_ROUTE_MARGIN = 0.02                 # the model takes a round a lookup found a draft for only this much faster
 
 
 class ChainPolicy:
@@ -36,6 +46,8 @@ class ChainPolicy:
         self.model = model
         self.k_lookup = 0          # this round's draft lengths, read by the ChainDrafter
         self.k_model = 0
+        self.lookup_first = True   # this round: a lookup's match drafts (else the model does)
+        self.routed = 0            # lookup matches the model drafted instead (counted as judged)
         self._probes = {LOOKUP: False, MODEL: False}
         self.probe = False
         self._catchup: float | None = None   # recent mean catch-up seconds of a model round
@@ -83,7 +95,24 @@ class ChainPolicy:
         self.k_model = self.model.next_k()
         self._probes = {LOOKUP: self.lookup.probe, MODEL: self.model.probe}
         self.probe = self.lookup.probe or self.model.probe
+        self.lookup_first = self._lookups_pay_more()
         return max(self.k_lookup, self.k_model)
+
+    def _lookups_pay_more(self) -> bool:
+        """Whether a lookup's match should draft this round rather than the draft model: yes
+        unless both draft (no probe of either) and the model's expected tokens per second,
+        its catch-up included, are clearly above the lookups' (both as each one's policy
+        predicts them from its own rounds and, for the lookups, the proposals judged
+        afterwards)."""
+        if not (self.k_lookup and self.k_model) or self.lookup.probe or self.model.probe:
+            return True
+        lookup, model = self.lookup.rate(self.k_lookup), self.model.rate(self.k_model)
+        return lookup is None or model is None or model <= lookup * (1.0 + _ROUTE_MARGIN)
+
+    def lookup_unused(self, k: int, drafted: int, accepted: int) -> None:
+        """A lookup's proposal the model drafted instead, judged afterwards (see the module)."""
+        self.routed += 1
+        self.lookup.observe_unused(k, drafted, accepted)
 
     def gate(self):
         return self.model.gate()      # p_min is the draft model's stop rule
@@ -149,6 +178,7 @@ class ChainPolicy:
             "predicted_speedup": max(lookup["predicted_speedup"], model["predicted_speedup"]),
             "pauses": self.pauses,
             "probes": self.probes,
+            "lookup_matches_given_to_the_model": self.routed,
             LOOKUP: lookup,
             MODEL: model,
         }

@@ -493,6 +493,11 @@ class AdaptivePolicy:
         """(expected tokens, expected seconds) of a round allowing k drafts (k on the ladder)."""
         return self._curve(alpha, optimistic).get(k)
 
+    def rate(self, k: int) -> float | None:
+        """Expected tokens per second of a round allowing k drafts (k on the ladder)."""
+        pr = self._curve().get(k)
+        return pr[0] / pr[1] if pr and pr[1] > 0 else None
+
     def speedup(self, k: int, alpha: float | None = None, optimistic: bool = False) -> float | None:
         """Predicted tok/s at draft length k over the plain target step's."""
         curve = self._curve(alpha, optimistic)
@@ -755,25 +760,38 @@ class AdaptivePolicy:
                 arr[i] *= f
 
     def _learn_acceptance(self, r: Step) -> None:
-        decay = _PROBE_DECAY if r.probe else _DECAY
+        self._judge(r.k, r.drafted, r.accepted, _PROBE_DECAY if r.probe else _DECAY)
+        if r.probe:
+            self.probes += 1
+
+    def observe_unused(self, k: int, drafted: int, accepted: int) -> None:
+        """A deterministic draft that was proposed but not verified (a chain gave the round to
+        its other drafter), judged afterwards against the tokens the target emitted there:
+        ``accepted`` leading tokens matched. For a one-hot draft that is what verifying it
+        would have accepted, in distribution, greedy or sampled (the emitted tokens follow the
+        target's distribution whoever drafted them), so the acceptance stays current while
+        the drafter is not chosen. Costs and decisions wait for rounds it drafts."""
+        if k > 0 and drafted > 0:
+            self._judge(k, drafted, accepted, _DECAY)
+            self._curves = {}
+
+    def _judge(self, k: int, drafted: int, accepted: int, decay: float) -> None:
         self._scale_positions(decay)
         self._succ = max(self._succ * decay, 0.05)
         self._fail = max(self._fail * decay, 0.05)
-        for i in range(1, min(r.k, len(self._tried) - 1) + 1):
-            if i > r.drafted + 1:
+        for i in range(1, min(k, len(self._tried) - 1) + 1):
+            if i > drafted + 1:
                 break
             self._tried[i] += 1
-            if i <= r.drafted:
+            if i <= drafted:
                 self._made[i] += 1
-                if i <= r.accepted + 1:
+                if i <= accepted + 1:
                     self._judged[i] += 1
-                    if i <= r.accepted:
+                    if i <= accepted:
                         self._accepted[i] += 1
-        if r.drafted:
-            self._succ += r.accepted
-            self._fail += 1.0 if r.accepted < r.drafted else 0.0
-        if r.probe:
-            self.probes += 1
+        if drafted:
+            self._succ += accepted
+            self._fail += 1.0 if accepted < drafted else 0.0
 
     def _explain(self, k: int, speedup: float, paused: bool, seeded: bool = False) -> str:
         c1 = self.verify_cost(1) or 0.0
