@@ -358,6 +358,7 @@ class AdaptivePolicy:
             "drafting": self.drafting,
             "speedup": self.predicted_speedup,
             "noise": self._noise(),
+            "overhead": [self._overhead[True].value, self._overhead[False].value],
         }
 
     def _seed(self, d: dict) -> None:
@@ -378,6 +379,11 @@ class AdaptivePolicy:
         noise = d.get("noise")
         if isinstance(noise, (int, float)) and 0.0 <= noise < 0.5:
             self._seed_noise = float(noise)
+        overhead = d.get("overhead")
+        if isinstance(overhead, list) and len(overhead) == 2:
+            for key, v in zip((True, False), overhead):
+                if isinstance(v, (int, float)) and 0.0 <= v < 1.0:
+                    self._overhead[key].prior = float(v)
         scale = min(1.0, _SEED_WEIGHT / max(succ + fail, 1e-9))
         self._succ, self._fail = max(succ * scale, 0.05), max(fail * scale, 0.05)
         self._k = self._on_ladder(k)
@@ -576,6 +582,11 @@ class AdaptivePolicy:
         only as often as keeps those costs under a small share of the time."""
         s = self._verify.get(1)
         if s is None or (s.n == 0 and s.prior is None):
+            return False
+        if self._overhead[False].value is None and self._overhead[True].value is not None:
+            # A drafting round's time beyond its decodes is known but a plain one's is not
+            # (a lookup's misses measure the target's plain decode, not a plain round): one
+            # plain round, or drafting is charged all of the loop's own time, not what it adds.
             return False
         curve = self._curve()
         best = curve.get(self._k)
