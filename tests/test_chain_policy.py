@@ -211,3 +211,20 @@ def test_with_nothing_measured_a_lookups_match_drafts():
     chain = ChainPolicy.build(1, 8, None, True)
     chain.next_k()
     assert chain.lookup_first
+
+
+def test_lookups_asking_for_a_plain_step_draft_while_the_model_drafts_every_round():
+    """The lookups' policy asks for a plain round now and then (to measure the target's step,
+    or the loop's time in a plain round, which a chain seeded by a generation that had none
+    does not know); in a chain whose draft model drafts every round no round is plain, so
+    the lookups waited ~100 rounds (~800 tokens) for the model's own refresh of the plain
+    step. They draft as usual instead."""
+    common = dict(target_step=0.020, model_step=0.0005, model_accept=0.95, lookup_hit=0.5, lookup_accept=0.99,
+                  rounds=300)
+    first = ChainPolicy.build(1, 8, None, True)
+    simulate_chain(first, **common)
+    learned = first.learned()
+    learned[LOOKUP]["overhead"] = [0.0001, None]    # no plain round seen
+    chain = ChainPolicy.build(1, 8, None, True, learned=learned)
+    sources = simulate_chain(chain, **common)
+    assert sources[5:100].count(LOOKUP) > 0.3 * 95

@@ -93,6 +93,11 @@ class ChainPolicy:
     def next_k(self) -> int:
         self.k_lookup = self.lookup.next_k()
         self.k_model = self.model.next_k()
+        if not self.k_lookup and self.lookup.drafting and self.k_model:
+            # The lookups ask for a plain step (to measure the target's), but the model drafts
+            # this round: it would not be one. They draft as usual; the target's plain step
+            # reaches them whenever a round is one (every round's target cost is shared).
+            self.k_lookup = self.lookup.k_now
         self._probes = {LOOKUP: self.lookup.probe, MODEL: self.model.probe}
         self.probe = self.lookup.probe or self.model.probe
         self.lookup_first = self._lookups_pay_more()

@@ -467,8 +467,13 @@ class AdaptivePolicy:
         sync = self._sync.value
         if table is None or sync is None:
             return out
-        plain = self._overhead[False].value or 0.0
         drafting = self._overhead[True].value
+        plain = self._overhead[False].value
+        if plain is None:
+            # No plain round measured yet (one is asked for at once, but a chain's model may
+            # draft the round): the drafting rounds' own time stands in for it, so drafting
+            # is charged nothing beyond its decodes rather than all of the loop's time.
+            plain = drafting or 0.0
         out[0] = (1.0, table[1] + plain)
         step = (self._step.value if self._step.value is not None else sync) if self._multi else 0.0
         if optimistic:
@@ -584,9 +589,9 @@ class AdaptivePolicy:
         if s is None or (s.n == 0 and s.prior is None):
             return False
         if self._overhead[False].value is None and self._overhead[True].value is not None:
-            # A drafting round's time beyond its decodes is known but a plain one's is not
+            # A drafting round's time beyond its decodes is known but a plain round's is not
             # (a lookup's misses measure the target's plain decode, not a plain round): one
-            # plain round, or drafting is charged all of the loop's own time, not what it adds.
+            # plain round tells what drafting adds to the loop's own time.
             return False
         curve = self._curve()
         best = curve.get(self._k)
