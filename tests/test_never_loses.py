@@ -192,6 +192,32 @@ def test_a_chain_round_is_the_lookups_when_only_the_lookup_looked(tiny_draft):
         model.close()
 
 
+def test_a_chain_whose_model_learned_nothing_starts_it_from_what_it_learned_alone(cost_pairs):
+    """A chain's draft model that never drafted in it (its prompt read alongside outlasted
+    every answer, say) leaves nothing learned for it, and each new chain started it cold: it
+    read every prompt again, beside the target, and never drafted. It now starts from what
+    the draft model learned alone: on the losing pair, paused, reading nothing."""
+    from localspec.engine import DrafterKind, memory
+
+    memory.reset()
+    with make_engine(cost_pairs["small"], cost_pairs["big"], fixed_k=False, draft_max=8, p_min=None) as e:
+        e._draft_size_ratio = None      # measured, not inferred from the files' sizes
+        toks = e.tokenize("The quick brown fox")
+        alone, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60)     # learns that drafting loses
+        assert not alone.policy["drafting"]
+        run_to_done(e, toks, sampling=GREEDY, max_tokens=60, drafter="ngram")
+        lookups = e.memory.get(DrafterKind.NGRAM.value)
+        assert lookups
+        # What a chain whose model never drafted left: the lookups' state alone.
+        e.memory.put(DrafterKind.NGRAM_MODEL.value, {"ngram": lookups, "model": None, "model_catchup": None})
+        e.reset()
+        before = e.draft_ctx.decode_seconds
+        chain, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60, drafter="ngram+model")
+        assert chain.policy["model"]["seeded"] and not chain.policy["model"]["drafting"]
+        assert e.draft_ctx.decode_seconds == before, "the paused model read nothing"
+    memory.reset()
+
+
 def test_a_lookup_match_the_model_drafts_instead_is_judged_by_what_the_target_emits(tiny_draft):
     """A plan that gives the round to the draft model although the lookup found a match: the
     model drafts, and the lookup's proposal is judged once the target's tokens decide it
@@ -664,4 +690,51 @@ def test_a_prompt_read_alongside_is_not_waited_for_before_the_plain_step_is_know
     finally:
         release.set()
         d.close()
+        model.close()
+
+
+def test_a_catch_up_nearly_done_is_waited_for_no_longer_than_a_plain_step(tiny_draft, monkeypatch):
+    """A catch-up alongside that should be done within the budget (a plain target step) but
+    runs slower than its measured rate (a busy machine): the round waits for it at most the
+    budget, then is the target's; a round that waited for the whole read lost ~55 ms, five
+    of the demo pair's target steps, at the end of a chain's answer."""
+    import threading
+
+    import numpy as np
+
+    from localspec.engine.backend import Context, Model
+    from localspec.engine.drafters import ModelDrafter
+
+    model = Model(str(tiny_draft), gpu_layers=0)
+    rng = np.random.default_rng(0)
+    context = [int(t) for t in rng.integers(5, 200, 80)]
+    release = threading.Event()
+    d = None
+    try:
+        ctx = Context(model, n_ctx=512, threads=1)
+        d = ModelDrafter(ctx)
+        d.prefill(context[:40])
+        real = ctx.decode
+
+        def held(tokens, *, logits="last"):
+            if logits == "none":
+                release.wait(10)      # the catch-up: as slow as the test wants
+            return real(tokens, logits=logits)
+
+        monkeypatch.setattr(ctx, "decode", held)
+        d._per_token = 1e-6                      # measured as fast: "nearly done" at once
+        d.catch_up_alongside(context)
+        assert not d.ready and d.busy_for() < 0.01
+        t0 = time.perf_counter()
+        out = d.draft(context, 4, GREEDY, None, budget=0.05)
+        waited = time.perf_counter() - t0
+        assert out.steps == 0 and out.tokens == [] and not d.ready
+        assert 0.04 <= waited < 1.0
+        release.set()
+        out = d.draft(context, 4, GREEDY, None, budget=0.05)
+        assert out.tokens and out.steps >= 1
+    finally:
+        release.set()
+        if d is not None:
+            d.close()
         model.close()

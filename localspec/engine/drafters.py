@@ -311,11 +311,19 @@ class ModelDrafter:
         later with little left to decode. A round's usual first decode (a few tokens) is
         never deferred; with no batch measured yet, more than a short batch's worth of
         tokens is taken as dear. A read of unknown length (a prompt's) is never waited for,
-        even with no plain step measured yet (an infinite budget): the round is the target's."""
+        even with no plain step measured yet (an infinite budget): the round is the target's;
+        a read nearly done is waited for no longer than the budget."""
         if not self.ready:
             if self.busy_beyond(budget):
                 return True
-            self.settle()    # nearly done: waiting costs less than leaving the round
+            # Nearly done: waiting costs less than leaving the round, but only up to the
+            # budget (a catch-up beside a busy target runs slower than its measured rate).
+            reader = self._reader
+            if reader is not None:
+                reader.join(budget)
+                if reader.is_alive():
+                    return True
+            self.settle()
         if self.offset:
             return False
         # What the cache lacks, compared: after a draft the target accepted whole it holds

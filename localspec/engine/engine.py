@@ -177,12 +177,16 @@ class Engine:
 
     def _learned(self, spec: RunSpec) -> dict | None:
         """What seeds this run's policy: the last state learned with this drafter; a chain
-        without one of its own starts from what each of its drafters learned alone."""
+        starts each of its drafters that learned nothing in it (a draft model whose prompt
+        read outlasted every answer, say) from what that drafter learned alone."""
         kind = spec.drafter.value
         learned = self.memory.get(kind)
-        if learned is None and spec.drafter is DrafterKind.NGRAM_MODEL:
-            parts = {LOOKUP: self.memory.get(DrafterKind.NGRAM.value), MODEL: self.memory.get(DrafterKind.MODEL.value)}
-            learned = parts if any(parts.values()) else None
+        if spec.drafter is DrafterKind.NGRAM_MODEL:
+            learned = dict(learned or {})
+            for part, alone in ((LOOKUP, DrafterKind.NGRAM), (MODEL, DrafterKind.MODEL)):
+                if not learned.get(part):
+                    learned[part] = self.memory.get(alone.value)
+            learned = learned if learned.get(LOOKUP) or learned.get(MODEL) else None
         return learned
 
     def _spare_cores(self, threads: int) -> bool:
