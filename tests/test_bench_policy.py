@@ -67,3 +67,22 @@ def test_held_out_picks_the_best_on_one_half_and_judges_on_the_other():
     assert bench_policy.held_out(cell) == pytest.approx(((110 / 90) * (110 / 100)) ** 0.5)
     one = {"settings": {"target": runs(100), "default": runs(90)}}
     assert bench_policy.held_out(one) is None
+
+
+def test_a_warm_up_runs_the_same_setting_first_and_teaches_the_measured_run_nothing(tiny_target, tiny_draft):
+    from localspec.engine import Engine, EngineConfig, RunSpec, SamplingConfig
+
+    with Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=512, remember=False)) as e:
+        toks = e.tokenize("The quick brown fox")
+        asked = []
+        run = e.run
+        e.run = lambda tokens, spec, cancel=None: (asked.append(spec.max_tokens), run(tokens, spec, cancel))[1]
+        row = bench_policy.warmed(e, toks, RunSpec(sampling=SamplingConfig(temperature=0.0), max_tokens=40), 6)
+        assert asked == [6, 40]
+        assert not row["seeded"], "the measured run starts from what was learned before the warm-up"
+        assert e.memory.get("model") is not None     # what the measured run learned is kept
+        snap = e.memory.snapshot()
+        e.memory.restore({})
+        assert e.memory.get("model") is None
+        e.memory.restore(snap)
+        assert e.memory.get("model") == snap["model"]

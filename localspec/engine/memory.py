@@ -76,6 +76,14 @@ class Memory:
         except OSError:
             pass   # a read-only home: keep it for this process only
 
+    def snapshot(self) -> dict[str, dict]:
+        """This process's states, to put back with :meth:`restore` (a benchmark's warm-up run
+        must not teach the next one)."""
+        return dict(self._states)
+
+    def restore(self, snapshot: dict[str, dict]) -> None:
+        self._states = dict(snapshot)
+
     def forget(self) -> None:
         """Forget this pair's states here and on disk."""
         self._states.clear()
