@@ -46,7 +46,7 @@ class ChainPolicy:
         self.model = model
         self.k_lookup = 0          # this round's draft lengths, read by the ChainDrafter
         self.k_model = 0
-        self.lookup_first = True   # this round: a lookup's match drafts (else the model does)
+        self._first: bool | None = True   # this round's lookup_first, worked out when asked
         self.routed = 0            # lookup matches the model drafted instead (counted as judged)
         self._probes = {LOOKUP: False, MODEL: False}
         self.probe = False
@@ -100,15 +100,21 @@ class ChainPolicy:
             self.k_lookup = self.lookup.k_now
         self._probes = {LOOKUP: self.lookup.probe, MODEL: self.model.probe}
         self.probe = self.lookup.probe or self.model.probe
-        self.lookup_first = self._lookups_pay_more()
+        self._first = None
         return max(self.k_lookup, self.k_model)
 
+    @property
+    def lookup_first(self) -> bool:
+        """Whether a lookup's match drafts this round rather than the draft model (asked only
+        when the lookup found one and the model may draft): yes unless both draft (no probe
+        of either) and the model's expected tokens per second, its catch-up included, are
+        clearly above the lookups' (as each one's policy predicts them from its own rounds
+        and, for the lookups, the proposals judged afterwards)."""
+        if self._first is None:
+            self._first = self._lookups_pay_more()
+        return self._first
+
     def _lookups_pay_more(self) -> bool:
-        """Whether a lookup's match should draft this round rather than the draft model: yes
-        unless both draft (no probe of either) and the model's expected tokens per second,
-        its catch-up included, are clearly above the lookups' (both as each one's policy
-        predicts them from its own rounds and, for the lookups, the proposals judged
-        afterwards)."""
         if not (self.k_lookup and self.k_model) or self.lookup.probe or self.model.probe:
             return True
         lookup, model = self.lookup.rate(self.k_lookup), self.model.rate(self.k_model)
