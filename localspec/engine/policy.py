@@ -789,9 +789,9 @@ class AdaptivePolicy:
         the drafter is not chosen. Costs and decisions wait for rounds it drafts."""
         if k > 0 and drafted > 0:
             self._judge(k, drafted, accepted, _DECAY)
-            self._curves = {}
 
     def _judge(self, k: int, drafted: int, accepted: int, decay: float) -> None:
+        self._curves = {}
         self._scale_positions(decay)
         self._succ = max(self._succ * decay, 0.05)
         self._fail = max(self._fail * decay, 0.05)
