@@ -102,6 +102,8 @@ class ChainDrafter:
             if m.steps:
                 self._unused.append((len(context), d.tokens, k_lookup))
                 return self._model_round(m, d.seconds)
+            d.seconds += m.seconds           # its deferral (a wait up to a plain step) is this round's
+            d.sync_seconds += m.seconds
         if d.tokens:
             self.lookups += 1
             if budget is not None and k_model > 0:   # beside the target: keep the model close behind
