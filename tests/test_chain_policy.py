@@ -112,6 +112,26 @@ def test_lookups_that_find_nothing_pause_with_the_model_on_a_fast_target():
     assert late.count("") / len(late) > 0.8
 
 
+def test_a_chain_is_quiet_only_while_both_its_drafters_are_paused():
+    """The generator skips a chain's rounds only when neither drafter would draft them, and
+    each drafter counts the rounds that went by towards its next probe."""
+    p = ChainPolicy.build(1, 8, None, True)
+    simulate_chain(p, target_step=0.0001, model_step=0.0001, model_accept=0.3, lookup_hit=0.0,
+                   lookup_accept=0.9, lookup_step=0.00001, rounds=600)
+    assert not p.lookup.drafting and not p.model.drafting
+    quiet = []
+    for _ in range(8):      # the two policies' sampled rounds coincide: long quiet stretches
+        quiet.append(p.quiet_rounds())
+        assert quiet[-1] == min(p.lookup.quiet_rounds(), p.model.quiet_rounds())
+        p.passed(1, 1)
+    assert max(quiet) == 6
+    before = (p.lookup._since_probe, p.model._since_probe, p.model._tokens)
+    p.passed(3, 3)
+    assert (p.lookup._since_probe, p.model._since_probe, p.model._tokens) == tuple(x + 3 for x in before)
+    p.model.drafting = True
+    assert p.quiet_rounds() == 0
+
+
 def test_lookup_misses_cost_nothing_next_to_a_real_target_step():
     """The same misses next to a 20 ms target step: the lookups go on, and find the rare match."""
     p = ChainPolicy.build(1, 8, None, True)

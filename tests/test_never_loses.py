@@ -49,6 +49,23 @@ def test_expensive_draft_ends_up_target_only(cost_pairs):
     assert policy["probe_every_tokens"] > s.n_generated
 
 
+def test_a_paused_policy_sees_only_the_rounds_it_measures(cost_pairs, monkeypatch):
+    """Started paused (the draft ~100x the target), the default policy is asked about and shown
+    only the rounds it measures; the rest go by as the target alone runs them, and it still
+    counts every token towards its next probe. The answer is the target's."""
+    from localspec.engine.policy import AdaptivePolicy
+
+    seen = []
+    observe = AdaptivePolicy.observe
+    monkeypatch.setattr(AdaptivePolicy, "observe", lambda self, r: seen.append(r.index) or observe(self, r))
+    done, events, policy = generate(cost_pairs["small"], cost_pairs["big"], n=200)
+    rounds = [ev for ev in events if isinstance(ev, Step)]
+    assert len(rounds) == done.summary.n_generated == 200 and done.summary.drafted == 0
+    assert 0 < len(seen) < 0.35 * len(rounds)
+    assert policy["target_step_samples"] >= 200 // 8 - 1     # one round in eight measured
+    assert policy["probe_every_tokens"] > 200
+
+
 def test_cheap_accurate_draft_keeps_drafting(cost_pairs):
     done, _, policy = generate(cost_pairs["big"], cost_pairs["small"])
     s = done.summary

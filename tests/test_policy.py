@@ -426,6 +426,64 @@ def test_paused_rounds_are_counted_and_a_sample_of_them_measured():
     assert p.estimates()["round_seconds_beyond_decodes"]["plain"] == pytest.approx(0.0002)
 
 
+def _paused_run(policy, rounds: int, honour_quiet: bool) -> tuple[list, int]:
+    """Plain 10 ms rounds into a paused ``policy`` (a probe drafts one 8 ms token, rejected),
+    as the generator drives it: with ``honour_quiet`` the rounds quiet_rounds announces go
+    by without next_k or observe and are reported with passed(). Returns each round's k (None
+    for a quiet round) and the observe calls."""
+    now = [0.0]
+    policy._clock = lambda: now[0]
+    ks, observed, quiet, passed = [], 0, 0, [0, 0]
+    for i in range(rounds):
+        if quiet:
+            quiet -= 1
+            ks.append(None)
+            now[0] += 0.0102
+            passed[0] += 1
+            passed[1] += 1
+            continue
+        if passed[0]:
+            policy.passed(*passed)
+            passed = [0, 0]
+        k = policy.next_k()
+        ks.append(k)
+        drafted = min(k, 1)
+        now[0] += 0.0102 + 0.008 * drafted
+        policy.observe(Step(index=i, k=k, drafted=drafted, accepted=0, emitted=1, draft_seconds=0.008 * drafted,
+                            verify_seconds=0.010, drafting=policy.drafting, draft_steps=drafted,
+                            verify_batch=drafted + 1, probe=policy.probe, sync_tokens=drafted,
+                            sync_seconds=0.008 * drafted))
+        observed += 1
+        if honour_quiet:
+            quiet = policy.quiet_rounds()
+    return ks, observed
+
+
+def test_quiet_paused_rounds_change_nothing_the_policy_decides():
+    """A paused policy lets the generator run most plain rounds without asking it or showing
+    it them (next to a 40 us target step its bookkeeping was a few percent); the rounds it
+    probes and measures, and what it counts, stay those of a policy that sees every round."""
+    def paused():
+        p = AdaptivePolicy(1, 8)
+        simulate(p, target_step=0.010, draft_step=0.008, accept=0.3, per_token_verify=0.1, rounds=40)
+        assert not p.drafting
+        return p
+
+    every, quiet = paused(), paused()
+    ks_every, n_every = _paused_run(every, 600, honour_quiet=False)
+    ks_quiet, n_quiet = _paused_run(quiet, 600, honour_quiet=True)
+    drafted = [i for i, k in enumerate(ks_every) if k]
+    assert drafted and [i for i, k in enumerate(ks_quiet) if k] == drafted   # the same probes
+    assert all(k in (0, None) for i, k in enumerate(ks_quiet) if i not in drafted)
+    assert n_quiet < 0.35 * n_every
+    assert (quiet._tokens, quiet._round, quiet.probes) == (every._tokens, every._round, every.probes)
+    assert quiet._verify[1].n == every._verify[1].n        # one round in eight still measured
+    assert quiet.estimates()["round_seconds_beyond_decodes"] == every.estimates()["round_seconds_beyond_decodes"]
+    assert FixedPolicy(4).quiet_rounds() == 0 and FixedPolicy(0).quiet_rounds() > 10**6
+    drafting = AdaptivePolicy(1, 8)
+    assert drafting.quiet_rounds() == 0
+
+
 def test_costs_by_size_interpolate_and_extend():
     """The target's cost at every batch size from a few measured ones, as verify_cost gives it."""
     from localspec.engine.policy import _costs_by_size

@@ -149,6 +149,13 @@ class ChainPolicy:
                 notes.append(f"{_LABEL[name]}: {note}")
         return "; ".join(notes) or None
 
+    def quiet_rounds(self) -> int:
+        return min(self.lookup.quiet_rounds(), self.model.quiet_rounds())
+
+    def passed(self, rounds: int, tokens: int) -> None:
+        self.lookup.passed(rounds, tokens)
+        self.model.passed(rounds, tokens)
+
     def _learn_catchup(self, step: Step) -> None:
         """The model round's first decode beyond what one decode costs (its catch-up on the
         lookups' tokens), and its wait for the catch-up running alongside, averaged over

@@ -113,6 +113,8 @@ class Generator:
         if out.reason is None and policy.may_draft and not read_started:
             drafter.prefill(tokens, now=policy.drafting)
 
+        quiet = 0                 # plain rounds to come that the policy need not see
+        passed = [0, 0]           # quiet rounds gone by, and their tokens, not yet reported
         while out.reason is None:
             if cancel is not None and cancel.is_set():
                 out.reason = StopReason.CANCELLED
@@ -124,10 +126,18 @@ class Generator:
                 out.message = (f"context full: the context holds {tgt.n_ctx} tokens; "
                                "raise --ctx for longer answers")
                 break
-            want = policy.next_k()
-            probe = policy.probe
-            if want and not drafter.ready:
-                want, probe = 0, False   # the draft still reads alongside: step alone
+            silent = quiet > 0
+            if silent:
+                quiet -= 1
+                want, probe = 0, False
+            else:
+                if passed[0]:
+                    policy.passed(*passed)
+                    passed = [0, 0]
+                want = policy.next_k()
+                probe = policy.probe
+                if want and not drafter.ready:
+                    want, probe = 0, False   # the draft still reads alongside: step alone
             k = max(0, min(want, room, remaining - 1))
 
             # -- draft --------------------------------------------------------------
@@ -198,10 +208,17 @@ class Generator:
             stats.step(step)
             yield step
             step_index += 1
+            if silent:
+                passed[0] += 1
+                passed[1] += emitted
+                continue
             note = policy.observe(step)
             if note:
                 stats.note(note)
                 yield PolicyNote(policy.drafting, policy.k_now, note)
+            quiet = policy.quiet_rounds()
+        if passed[0]:
+            policy.passed(*passed)
 
         reason = out.reason
         text = out.text

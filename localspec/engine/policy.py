@@ -65,6 +65,7 @@ _PROBE_MAX = 4096
 _CATCHUP_WINDOW = 32     # tokens a drafter is assumed to re-read for a probe after a long pause
 _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
 _PAUSED_SAMPLE = 8       # while paused, one round in this many is measured (nothing to decide)
+_QUIET_ALWAYS = 1 << 30  # quiet rounds of a policy that never drafts
 _LEVEL_RATE = 0.2        # how fast the target's common cost level follows each round's cost
 SHORT_SYNC = 4          # a draft's first decode of at most this many tokens costs about one decode
 
@@ -91,6 +92,16 @@ class Policy(Protocol):
         """What a plain target step costs, as measured (None: unknown, or not measured)."""
 
     def observe(self, step: Step) -> str | None: ...
+
+    def quiet_rounds(self) -> int:
+        """How many of the next rounds (asked after ``observe``) will be plain target steps
+        this policy need neither choose nor see: the generator runs them without calling
+        ``next_k`` or ``observe`` and reports them with :meth:`passed`. Next to a fast target
+        step (tens of microseconds) a paused policy's bookkeeping every round is a cost of its
+        own."""
+
+    def passed(self, rounds: int, tokens: int) -> None:
+        """``rounds`` quiet plain rounds went by, emitting ``tokens``."""
 
     def describe(self) -> str: ...
 
@@ -132,6 +143,12 @@ class FixedPolicy:
 
     def observe(self, r: Step) -> str | None:
         return None
+
+    def quiet_rounds(self) -> int:
+        return _QUIET_ALWAYS if not self.k else 0
+
+    def passed(self, rounds: int, tokens: int) -> None:
+        pass
 
     def describe(self) -> str:
         if not self.k:
@@ -314,7 +331,6 @@ class AdaptivePolicy:
         self._since_plain = 0                   # drafting rounds since the last plain step
         self._since_resume = 0                  # drafting rounds since drafting (re)started
         self._since_probe = 0
-        self._paused_rounds = 0                 # rounds observed while paused (a sample is measured)
         self._probe_every = _PROBE_MIN
         self._last_probe_speedup = 0.0
         self._note: str | None = None           # said at the first observe (a seeded pause)
@@ -631,12 +647,29 @@ class AdaptivePolicy:
         samples.add(r.verify_seconds / self._level)
         self._points, self._curves = {}, {}
 
+    def quiet_rounds(self) -> int:
+        """While paused: the rounds before the next one measured (and the one before it, which
+        starts its clock) or the next probe. Each plain round emits at most one token, so the
+        probe cannot be passed by."""
+        if self.drafting:
+            return 0
+        nxt = (self._round + 1) % _PAUSED_SAMPLE
+        quiet = _PAUSED_SAMPLE - 1 - nxt if nxt else 0
+        return max(min(quiet, self._probe_every - self._since_probe - 1), 0)
+
+    def passed(self, rounds: int, tokens: int) -> None:
+        self._round += rounds
+        self._tokens += tokens
+        self._since_probe += tokens
+        self._t_last = None
+
     def _count_paused(self, r: Step, own: bool = True) -> None:
         """A round while paused: counted, and one in ``_PAUSED_SAMPLE`` measured (timed from
         the round before it). Next to a fast target step the bookkeeping of every round
-        would be a cost of its own; the costs measured stay plenty for the next probe."""
-        self._paused_rounds += 1
-        due = self._paused_rounds % _PAUSED_SAMPLE
+        would be a cost of its own; the costs measured stay plenty for the next probe. Which
+        rounds go by the round count, which both policies of a chain share: their quiet
+        rounds (:meth:`quiet_rounds`) coincide."""
+        due = (self._round + 1) % _PAUSED_SAMPLE
         if due == 0:
             self._count_round(r, own)
             return
