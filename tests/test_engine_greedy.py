@@ -225,3 +225,22 @@ def test_target_only_path_is_the_same_loop(tiny_target, tiny_draft):
     assert done.summary.drafted == 0
     assert done.summary.steps == 10
     assert all(ev.origin == Origin.TARGET for ev in events if isinstance(ev, Token))
+
+
+def test_a_paused_lookup_indexes_its_prompt_only_when_it_drafts():
+    """Prompt lookup that starts paused leaves the prompt's index to its first draft (a few
+    target steps' time on a fast target), and that draft compares the whole context: a new
+    prompt that only ends like the last one is not taken for its extension."""
+    import numpy as np
+
+    from localspec.engine.drafters import NgramDrafter
+
+    rng = np.random.default_rng(0)
+    d = NgramDrafter()
+    d.prefill([1, 2, 3, 4, 1, 2, 3])
+    assert d.draft([1, 2, 3, 4, 1, 2, 3], 2, GREEDY, rng).tokens == [4, 1]
+    prompt = [7, 7, 7, 7, 7, 7, 3, 9, 1, 2, 3]    # its 7th token is the last prompt's last
+    d.prefill(prompt, now=False)
+    assert d._seen == [1, 2, 3, 4, 1, 2, 3]       # nothing indexed yet
+    assert d.draft(prompt, 2, GREEDY, rng).tokens == []
+    assert d.draft(prompt + [7, 7], 2, GREEDY, rng).tokens == [3, 9]   # after its own "7 7"

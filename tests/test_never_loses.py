@@ -252,7 +252,7 @@ def test_a_lookup_match_the_model_drafts_instead_is_judged_by_what_the_target_em
     judged = []
     try:
         chain = ChainDrafter(NgramDrafter(), ModelDrafter(Context(model, n_ctx=256)))
-        plan = SimpleNamespace(k_lookup=4, k_model=3, model_drafting=True, lookup_first=False,
+        plan = SimpleNamespace(k_lookup=4, k_model=3, model_drafting=True, lookup_drafting=True, lookup_first=False,
                                lookup_unused=lambda k, drafted, accepted: judged.append((k, drafted, accepted)))
         chain.follow(plan)
         rng = np.random.default_rng(0)

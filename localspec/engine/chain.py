@@ -37,6 +37,9 @@ class Plan(Protocol):
     @property
     def model_drafting(self) -> bool: ...
 
+    @property
+    def lookup_drafting(self) -> bool: ...
+
     def lookup_unused(self, k: int, drafted: int, accepted: int) -> None: ...
 
 
@@ -64,8 +67,8 @@ class ChainDrafter:
 
     def prefill(self, tokens: list[int], *, now: bool = True) -> None:
         self._unused.clear()
-        self.lookup.prefill(tokens)
         plan = self._plan
+        self.lookup.prefill(tokens, now=now if plan is None else plan.lookup_drafting)
         self.model.prefill(tokens, now=now if plan is None else plan.model_drafting)
 
     def read_alongside(self, tokens: list[int]) -> bool:
@@ -73,7 +76,7 @@ class ChainDrafter:
         if plan is not None and not plan.model_drafting:
             return False            # a paused model reads nothing: prefill does the lookup's index
         self._unused.clear()
-        self.lookup.prefill(tokens)
+        self.lookup.prefill(tokens, now=plan is None or plan.lookup_drafting)
         return self.model.read_alongside(tokens)
 
     def settle(self, wait: bool = True) -> None:

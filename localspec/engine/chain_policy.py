@@ -79,6 +79,10 @@ class ChainPolicy:
         return self.model.drafting
 
     @property
+    def lookup_drafting(self) -> bool:
+        return self.lookup.drafting
+
+    @property
     def pauses(self) -> int:
         return self.lookup.pauses + self.model.pauses
 

@@ -496,6 +496,7 @@ class NgramDrafter(ReadsInline):
         self.n_min = n_min
         self._seen: list[int] = []
         self._index: dict[tuple[int, ...], int] = {}
+        self._check = False    # the next draft compares the whole context (a prompt not indexed)
 
     def _rebuild(self, context: list[int], *, check: bool) -> None:
         """Index the tokens of ``context`` not seen yet. ``check``: compare the whole
@@ -518,11 +519,19 @@ class NgramDrafter(ReadsInline):
                     self._index[tuple(self._seen[s:end])] = s
 
     def prefill(self, tokens: list[int], *, now: bool = True) -> None:
-        self._rebuild(tokens, check=True)   # cheap: an index of the prompt's n-grams
+        """Index the prompt's n-grams; ``now=False`` (lookups start paused): at the first
+        draft instead, if one comes (~100 us for a few hundred tokens, next to a fast target
+        step a few of its steps)."""
+        if now:
+            self._rebuild(tokens, check=True)
+            self._check = False
+        else:
+            self._check = True
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None, budget=None) -> Draft:
         t0 = time.perf_counter()
-        self._rebuild(context, check=False)
+        self._rebuild(context, check=self._check)
+        self._check = False
         seen = self._seen
         out: list[int] = []
         if k > 0:
