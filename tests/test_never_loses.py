@@ -53,7 +53,7 @@ def test_a_paused_policy_sees_only_the_rounds_it_measures(cost_pairs, monkeypatc
     """Started paused (the draft ~100x the target), the default policy is asked about and shown
     only the rounds it measures; the rest go by as the target alone runs them, and it still
     counts every token towards its next probe. The answer is the target's."""
-    from localspec.engine.policy import AdaptivePolicy
+    from localspec.engine.policy import _PAUSED_SAMPLE, AdaptivePolicy
 
     seen = []
     observe = AdaptivePolicy.observe
@@ -61,8 +61,8 @@ def test_a_paused_policy_sees_only_the_rounds_it_measures(cost_pairs, monkeypatc
     done, events, policy = generate(cost_pairs["small"], cost_pairs["big"], n=200)
     rounds = [ev for ev in events if isinstance(ev, Step)]
     assert len(rounds) == done.summary.n_generated == 200 and done.summary.drafted == 0
-    assert 0 < len(seen) < 0.35 * len(rounds)
-    assert policy["target_step_samples"] >= 200 // 8 - 1     # one round in eight measured
+    assert 0 < len(seen) <= 2 * (200 // _PAUSED_SAMPLE) + 2   # each measured round and the one before
+    assert policy["target_step_samples"] >= 200 // _PAUSED_SAMPLE - 1
     assert policy["probe_every_tokens"] > 200
 
 

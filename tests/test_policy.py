@@ -3,7 +3,7 @@
 import pytest
 
 from localspec.engine.events import Step
-from localspec.engine.policy import AdaptivePolicy, FixedPolicy
+from localspec.engine.policy import _PAUSED_SAMPLE, AdaptivePolicy, FixedPolicy
 from localspec.errors import BadInput
 
 
@@ -260,6 +260,26 @@ def test_pair_with_known_costs_starts_where_the_last_run_ended():
     assert all(k > 0 for k, *_ in log), "the target step is known: no plain measuring rounds"
 
 
+def test_a_lookup_that_found_nothing_starts_the_next_generation_paused():
+    """Next to a 45 us target step, lookups that found nothing paused; the next generation
+    knows how far their drafts went (not only their acceptance, which nothing judged) and
+    starts paused instead of drafting a few losing rounds first. Next to a 2 ms step the
+    same misses cost little: it starts drafting, the evidence too weak to pause on."""
+    def first(step):
+        p = AdaptivePolicy(1, 8)
+        simulate(p, target_step=step, draft_step=0.000005, accept=0.9, per_token_verify=0.1, lookup_hit=0.0,
+                 rounds=128, overhead=(0.0001, 0.00001))
+        return p
+
+    fast = first(0.000045)
+    assert not fast.drafting
+    learned = fast.learned()
+    assert learned["positions"][0][1] > 0 and learned["positions"][1][1] == 0   # tried, never drafted
+    assert not AdaptivePolicy(1, 8, learned=learned).drafting
+    assert AdaptivePolicy(1, 8, learned={**learned, "positions": None}).drafting   # acceptance alone
+    assert AdaptivePolicy(1, 8, learned=first(0.002).learned()).drafting
+
+
 def test_a_seeded_generation_near_break_even_measures_its_plain_step_at_once():
     """The last generation's plain step, moved by how much the batch sizes measured again
     have moved, can be wrong (here the verify batches grew dearer than the plain step did:
@@ -391,7 +411,7 @@ def test_a_draft_no_smaller_than_the_target_starts_paused():
 def test_rounds_of_another_drafter_only_add_the_targets_cost():
     """In a chain, a round the other drafter drafted tells this one the target's costs and moves
     a paused one towards its next probe, but decides nothing about it (paused, it measures one
-    such round in eight: nothing is decided until the probe)."""
+    such round in _PAUSED_SAMPLE: nothing is decided until the probe)."""
     p = AdaptivePolicy(1, 8)
     simulate(p, target_step=0.010, draft_step=0.5, accept=1.0, per_token_verify=0.1, rounds=40)
     assert not p.drafting
@@ -401,13 +421,13 @@ def test_rounds_of_another_drafter_only_add_the_targets_cost():
     rounds = p._verify[1].n
     for _ in range(gap):
         assert p.observe_other(other) is None
-    assert p._verify[1].n == pytest.approx(rounds + gap / 8, abs=1) and p._since_probe == before + gap
+    assert p._verify[1].n == pytest.approx(rounds + gap / _PAUSED_SAMPLE, abs=1) and p._since_probe == before + gap
     assert not p.drafting and p.next_k() > 0 and p.probe      # due for a probe, still paused
 
 
 def test_paused_rounds_are_counted_and_a_sample_of_them_measured():
     """While paused nothing is decided until the next probe: every round counts towards it,
-    one in eight is measured (its own time, not the unmeasured rounds' before it), and a probe
+    one in _PAUSED_SAMPLE is measured (its own time, not the unmeasured rounds' before it), and a probe
     is timed from its own start."""
     p = AdaptivePolicy(1, 8)
     now = [0.0]
@@ -422,7 +442,7 @@ def test_paused_rounds_are_counted_and_a_sample_of_them_measured():
         assert p.next_k() == 0
         now[0] += 0.010 + 0.0002          # the decode and 200 us of the loop's own
         p.observe(plain)
-    assert p._tokens == tokens + 160 and p._verify[1].n == measured + 20
+    assert p._tokens == tokens + 160 and p._verify[1].n == measured + 160 // _PAUSED_SAMPLE
     assert p.estimates()["round_seconds_beyond_decodes"]["plain"] == pytest.approx(0.0002)
 
 
@@ -477,7 +497,7 @@ def test_quiet_paused_rounds_change_nothing_the_policy_decides():
     assert all(k in (0, None) for i, k in enumerate(ks_quiet) if i not in drafted)
     assert n_quiet < 0.35 * n_every
     assert (quiet._tokens, quiet._round, quiet.probes) == (every._tokens, every._round, every.probes)
-    assert quiet._verify[1].n == every._verify[1].n        # one round in eight still measured
+    assert quiet._verify[1].n == every._verify[1].n        # the same rounds measured
     assert quiet.estimates()["round_seconds_beyond_decodes"] == every.estimates()["round_seconds_beyond_decodes"]
     assert FixedPolicy(4).quiet_rounds() == 0 and FixedPolicy(0).quiet_rounds() > 10**6
     drafting = AdaptivePolicy(1, 8)

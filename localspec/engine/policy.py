@@ -64,7 +64,7 @@ _PROBE_BACKOFF_MAX = 128  # failed probes double the gap up to this (or the toke
 _PROBE_MAX = 4096
 _CATCHUP_WINDOW = 32     # tokens a drafter is assumed to re-read for a probe after a long pause
 _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
-_PAUSED_SAMPLE = 8       # while paused, one round in this many is measured (nothing to decide)
+_PAUSED_SAMPLE = 32      # while paused, one round in this many is measured (nothing to decide)
 _QUIET_ALWAYS = 1 << 30  # quiet rounds of a policy that never drafts
 _LEVEL_RATE = 0.2        # how fast the target's common cost level follows each round's cost
 SHORT_SYNC = 4          # a draft's first decode of at most this many tokens costs about one decode
@@ -375,6 +375,9 @@ class AdaptivePolicy:
             "speedup": self.predicted_speedup,
             "noise": self._noise(),
             "overhead": [self._overhead[True].value, self._overhead[False].value],
+            # Per draft position: rounds that got there, drafted it, had it judged, accepted it
+            # (a lookup that found nothing is known by these, not by its acceptance).
+            "positions": [list(self._tried), list(self._made), list(self._judged), list(self._accepted)],
         }
 
     def _seed(self, d: dict) -> None:
@@ -402,6 +405,7 @@ class AdaptivePolicy:
                     self._overhead[key].prior = float(v)
         scale = min(1.0, _SEED_WEIGHT / max(succ + fail, 1e-9))
         self._succ, self._fail = max(succ * scale, 0.05), max(fail * scale, 0.05)
+        self._seed_positions(d.get("positions"))
         self._k = self._on_ladder(k)
         self.seeded = True
         self._since_plain = 0
@@ -419,6 +423,22 @@ class AdaptivePolicy:
             self.predicted_speedup = rate[0] / rate[1] * base
             self._reason = self._explain(self._k, self.predicted_speedup, paused=True, seeded=True)
             self._note = self._reason
+
+    def _seed_positions(self, positions) -> None:
+        """The last generation's per-position counts, weighed down to ``_SEED_WEIGHT`` rounds
+        like its acceptance: how far its drafts went (a lookup that found nothing drafts
+        nothing, whatever its acceptance), as weak evidence for a new prompt."""
+        n = len(self._tried)
+        try:
+            arrays = [[float(x) for x in a][:n] for a in positions]
+        except (TypeError, ValueError):
+            return
+        if len(arrays) != 4 or any(len(a) < 2 or min(a) < 0 for a in arrays):
+            return
+        f = min(1.0, _SEED_WEIGHT / max(arrays[0][1], 1e-9))
+        for own, a in zip((self._tried, self._made, self._judged, self._accepted), arrays):
+            for i, x in enumerate(a):
+                own[i] = x * f
 
     # -- measurements -----------------------------------------------------------------
     def verify_cost(self, n: int, optimistic: bool = False) -> float | None:
