@@ -161,6 +161,7 @@ def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: N
             cell["default_vs_best_range"] = [st["default"]["min"] / max(st[best_name]["max"], 1e-9),
                                              st["default"]["max"] / max(st[best_name]["min"], 1e-9)]
             cell["meets_0_97"] = cell["default_vs_best"] >= 0.97
+            cell["default_vs_best_ci"] = interval(cell, "default", _rivals(cell))
             # the same verdict on CPU time (insensitive to other processes taking the CPU)
             cpu_best_name, cpu_best = max([("target", st["target"]["cpu_tok_s"])]
                                           + [(s, st[s]["cpu_tok_s"]) for s in fixed], key=lambda x: x[1])
@@ -172,6 +173,7 @@ def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: N
                 cell["chain_vs_better"] = st["ngram+model"]["tok_s"] / better
                 need = 1.0 if p["category"] in ("code", "summarisation") else 0.97
                 cell["chain_meets"] = cell["chain_vs_better"] >= need
+                cell["chain_vs_better_ci"] = interval(cell, "ngram+model", ["ngram", "default"])
                 cell["chain_vs_model"] = st["ngram+model"]["tok_s"] / st["default"]["tok_s"]
                 # The chain as the default would be: against the same best as the default.
                 cell["chain_vs_best"] = st["ngram+model"]["tok_s"] / best
@@ -212,6 +214,32 @@ def paired(cell: dict, a: str, b: str) -> float:
     return statistics.median(x / y for x, y in zip(ra, rb))
 
 
+def interval(cell: dict, a: str, rivals: list[str], resamples: int = 2000) -> tuple[float, float] | None:
+    """A 95% bootstrap interval of a's median tok/s over the largest median among ``rivals``:
+    every setting's runs resampled with replacement, the best rival chosen anew each time (so
+    the luck of the largest of several noisy medians is in it too). On a machine whose runs
+    spread by 20-30%, a ratio of medians of a few runs is good to a few percent only: a cell
+    whose interval straddles 0.97 is not shown to miss (or to meet) the goal. None below
+    three runs."""
+    import random
+
+    st = cell["settings"]
+    if len(st[a]["runs"]) < 3:
+        return None
+    rnd = random.Random(0)     # the same interval for the same file
+
+    def median_of_resample(xs: list[float]) -> float:
+        return statistics.median(rnd.choice(xs) for _ in xs)
+
+    ratios = sorted(median_of_resample(st[a]["runs"]) / max(median_of_resample(st[r]["runs"]) for r in rivals)
+                    for _ in range(resamples))
+    return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+
+
+def _rivals(cell: dict) -> list[str]:
+    return [s for s in cell["settings"] if s == "target" or s.startswith("K=")]
+
+
 def held_out(cell: dict, a: str = "default") -> float | None:
     """a's tok/s over the best of the target alone and fixed K, with the best chosen on one
     half of the repetitions and measured on the other (both ways, geometric mean). The plain
@@ -241,9 +269,9 @@ def markdown(paths: list[str]) -> str:
             cells = pair["cells"]
             names = list(cells[0]["settings"])
             chain = "chain_vs_better" in cells[0]
-            head = ["prompt", "n"] + names + ["default / best (range)", "paired", "held-out",
+            head = ["prompt", "n"] + names + ["default / best (range)", "95% interval", "paired", "held-out",
                                               "CPU-time: default / best"] + (
-                ["chain / better", "chain / model", "CPU-time: chain / better"] if chain else [])
+                ["chain / better", "95% interval", "chain / model", "CPU-time: chain / better"] if chain else [])
             lines += [f"\n{pair['pair']} ({Path(path).name}, {data['runs']} runs, threads {data['threads']}; "
                       f"cold default {pair['cold_default']['tok_s']:.1f} tok/s)\n",
                       "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -256,6 +284,7 @@ def markdown(paths: list[str]) -> str:
                 lo, hi = c["default_vs_best_range"]
                 mark = "" if c["meets_0_97"] else " ✗"
                 row.append(f"**{c['default_vs_best']:.3f}**{mark} ({lo:.2f}-{hi:.2f})")
+                row.append(_interval_text(interval(c, "default", _rivals(c)), 0.97))
                 row.append(f"{paired(c, 'default', c['best']):.3f}")
                 ho = held_out(c)
                 row.append("-" if ho is None else f"{ho:.3f}")
@@ -266,6 +295,8 @@ def markdown(paths: list[str]) -> str:
                     row.append("-")
                 if chain:
                     row.append(f"{c['chain_vs_better']:.3f}" + ("" if c["chain_meets"] else " ✗"))
+                    need = 1.0 if c.get("category") in ("code", "summarisation") else 0.97
+                    row.append(_interval_text(interval(c, "ngram+model", ["ngram", "default"]), need))
                     row.append(f"{c['chain_vs_model']:.3f}")
                     row.append(f"{c['cpu_chain_vs_better']:.3f}" + ("" if c.get("cpu_chain_meets") else " ✗")
                                if "cpu_chain_vs_better" in c else "-")
@@ -287,6 +318,14 @@ def markdown(paths: list[str]) -> str:
                          + (f"; chain / best {_geomean(c['chain_vs_best'] for c in cells):.3f}"
                             if all("chain_vs_best" in c for c in cells) else ""))
     return "\n".join(lines).lstrip("\n")
+
+
+def _interval_text(ci: tuple[float, float] | None, goal: float) -> str:
+    """The interval, marked where all of it lies below the goal (a clear miss) or above it."""
+    if ci is None:
+        return "-"
+    lo, hi = ci
+    return f"{lo:.2f}-{hi:.2f}" + (" ✗✗" if hi < goal else " ✓" if lo >= goal else "")
 
 
 def _geomean(xs) -> float:
@@ -351,12 +390,20 @@ def main(argv=None) -> int:
         "cpu_misses": [{k: c[k] for k in ("pair", "prompt", "n", "cpu_best", "cpu_default_vs_best")}
                        for c in cells if not c["cpu_meets_0_97"]],
         "cpu_chain_meets": sum(c.get("cpu_chain_meets", False) for c in cells),
-        "misses": [{k: c[k] for k in ("pair", "prompt", "n", "best", "default_vs_best", "default_vs_best_range")}
+        "misses": [{k: c[k] for k in ("pair", "prompt", "n", "best", "default_vs_best", "default_vs_best_range",
+                                      "default_vs_best_ci")}
                    for c in cells if not c["meets_0_97"]],
+        # misses the noise cannot explain: the whole 95% interval below the goal
+        "clear_misses": [{k: c[k] for k in ("pair", "prompt", "n", "default_vs_best", "default_vs_best_ci")}
+                         for c in cells if c["default_vs_best_ci"] and c["default_vs_best_ci"][1] < 0.97],
         "chain_meets": sum(c.get("chain_meets", False) for c in cells if "chain_meets" in c),
         "chain_cells": sum(1 for c in cells if "chain_meets" in c),
         "chain_misses": [{k: c[k] for k in ("prompt", "n", "chain_vs_better", "chain_vs_model")}
                          for c in cells if c.get("chain_meets") is False],
+        "chain_clear_misses": [{k: c[k] for k in ("prompt", "n", "chain_vs_better", "chain_vs_better_ci")}
+                               for c in cells if c.get("chain_vs_better_ci")
+                               and c["chain_vs_better_ci"][1] < (1.0 if c["category"] in ("code", "summarisation")
+                                                                 else 0.97)],
     }
     path.write_text(json.dumps(out, indent=1))
     log(f"wrote {path}: {json.dumps(out['summary'])}")

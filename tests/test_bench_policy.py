@@ -86,3 +86,21 @@ def test_a_warm_up_runs_the_same_setting_first_and_teaches_the_measured_run_noth
         assert e.memory.get("model") is None
         e.memory.restore(snap)
         assert e.memory.get("model") == snap["model"]
+
+
+def test_the_interval_of_a_ratio_of_medians_says_when_noise_explains_a_miss():
+    """A cell whose runs spread widely gets an interval that straddles the goal; one whose
+    runs are tight and clearly slower gets one wholly below it. The best rival is chosen
+    anew in every resample, and the same file gives the same interval."""
+    def cell(default, k8):
+        return {"settings": {"target": {"runs": [100.0] * 7}, "K=8": {"runs": k8}, "default": {"runs": default}}}
+
+    noisy = cell([80, 120, 95, 105, 70, 130, 100], [100, 100, 100, 100, 100, 100, 100])
+    lo, hi = bench_policy.interval(noisy, "default", ["target", "K=8"])
+    assert lo < 0.97 < hi
+    assert bench_policy.interval(noisy, "default", ["target", "K=8"]) == (lo, hi)
+    tight = cell([90, 91, 89, 90, 90, 91, 89], [100, 101, 99, 100, 100, 101, 99])
+    lo, hi = bench_policy.interval(tight, "default", ["target", "K=8"])
+    assert hi < 0.97 and lo > 0.85
+    assert bench_policy._interval_text((lo, hi), 0.97).endswith("✗✗")
+    assert bench_policy.interval({"settings": {"default": {"runs": [1.0, 2.0]}}}, "default", []) is None
