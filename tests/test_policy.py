@@ -192,6 +192,24 @@ def test_short_hard_start_is_probed_soon():
     assert resumed_at is not None and resumed_at <= 90, resumed_at
 
 
+def test_lookups_the_target_keeps_rejecting_are_not_probed_early():
+    """Early probes are for a drafter that could plausibly pay: lookups that always find a
+    match the target rejects, on a CPU where each token in a verify batch costs 60% of a
+    step, pause and are probed at the budget's pace (the first after ~125 tokens), not at
+    the tokens so far (13, 28, 58...: each probe cost three plain steps for one token)."""
+    p = AdaptivePolicy(1, 8)
+    log = []
+    simulate(p, target_step=0.012, draft_step=0.00005, accept=0.02, per_token_verify=0.6, lookup_hit=1.0,
+             rounds=300, log=log)
+    tokens, probes = 0, []
+    for _k, _, emitted, probe in log:
+        if probe:
+            probes.append(tokens)
+        tokens += emitted
+    assert not p.drafting and p.pauses == 1
+    assert probes and probes[0] >= 100 and len(probes) <= 3, probes
+
+
 def test_ngram_drafter_that_loses_pauses():
     """Prompt lookup costs next to nothing, but verifying its poor guesses costs target time:
     the policy learns that from the lookups it sees, pauses, and probes rarely."""
@@ -476,6 +494,8 @@ def _paused_run(policy, rounds: int, honour_quiet: bool) -> tuple[list, int]:
         observed += 1
         if honour_quiet:
             quiet = policy.quiet_rounds()
+    if passed[0]:
+        policy.passed(*passed)      # as the generator does when the answer ends
     return ks, observed
 
 
@@ -490,8 +510,8 @@ def test_quiet_paused_rounds_change_nothing_the_policy_decides():
         return p
 
     every, quiet = paused(), paused()
-    ks_every, n_every = _paused_run(every, 600, honour_quiet=False)
-    ks_quiet, n_quiet = _paused_run(quiet, 600, honour_quiet=True)
+    ks_every, n_every = _paused_run(every, 2000, honour_quiet=False)
+    ks_quiet, n_quiet = _paused_run(quiet, 2000, honour_quiet=True)
     drafted = [i for i, k in enumerate(ks_every) if k]
     assert drafted and [i for i, k in enumerate(ks_quiet) if k] == drafted   # the same probes
     assert all(k in (0, None) for i, k in enumerate(ks_quiet) if i not in drafted)

@@ -579,8 +579,12 @@ class AdaptivePolicy:
 
     def _probe_interval(self, k: int) -> int:
         """Tokens between probes so that probing costs at most ``probe_budget`` of the time;
-        early in a generation, at most the tokens so far when better acceptance could make
-        drafting pay (then finding out soon is worth more than the budget)."""
+        early in a generation, at most the tokens so far when a plausible acceptance (its
+        upper credible bound) could make drafting pay: then finding out soon is worth more
+        than the budget. Lookups the target kept rejecting (an upper bound of a few percent)
+        are not probed early on the chance that every token would be accepted: on a CPU
+        whose verify batches cost as much as the tokens in them, each such probe cost two or
+        three plain steps."""
         base = self._curve().get(0)   # a plain round: one token
         pr = self.predict(k)
         if not base or not pr or base[1] <= 0:
@@ -589,7 +593,8 @@ class AdaptivePolicy:
         catch = self._catchup if self._catchup is not None else 0.5 * (self._sync.value or 0.0)
         extra = catch * _CATCHUP_WINDOW + pr[1] - pr[0] * c1
         tokens = extra / (self.probe_budget * c1) if extra > 0 else _PROBE_MIN
-        if (self.speedup(k, alpha=1.0) or 0.0) > 1.0:
+        plausible = beta_bounds(self._succ, self._fail)[2]
+        if (self.speedup(k, alpha=plausible) or 0.0) > 1.0:
             tokens = min(tokens, max(_PROBE_MIN, self._tokens))
         return int(min(max(tokens, _PROBE_MIN), _PROBE_MAX))
 
