@@ -378,6 +378,7 @@ class AdaptivePolicy:
             # Per draft position: rounds that got there, drafted it, had it judged, accepted it
             # (a lookup that found nothing is known by these, not by its acceptance).
             "positions": [list(self._tried), list(self._made), list(self._judged), list(self._accepted)],
+            "since_plain": self._since_plain,
         }
 
     def _seed(self, d: dict) -> None:
@@ -408,7 +409,10 @@ class AdaptivePolicy:
         self._seed_positions(d.get("positions"))
         self._k = self._on_ladder(k)
         self.seeded = True
-        self._since_plain = 0
+        # The plain step's refresh budget holds over a conversation, not one answer: answers
+        # shorter than the rounds between refreshes would otherwise never measure it again.
+        since = d.get("since_plain", 0)
+        self._since_plain = int(since) if isinstance(since, int) and 0 <= since < 10**6 else 0
         if self.verify_cost(1) is None or self._sync.value is None:
             return
         base = self.verify_cost(1)
@@ -463,12 +467,28 @@ class AdaptivePolicy:
         """The target's cost by batch size at the current level (see ``_verify``). A size not
         measured in this generation keeps the last one's cost, moved by as much as the sizes
         measured again have moved since (the median of their ratios): the last generation
-        ended at a longer context than this one began, and on another spell of the machine."""
-        moved = sorted(s.value / s.prior for s in self._verify.values() if s.n and s.prior)
-        drift = moved[len(moved) // 2] if moved else 1.0
-        level = self._level
-        return {b: s.value * (level if s.n else drift * level)
-                for b, s in self._verify.items() if s.value is not None}
+        ended at a longer context than this one began, and on another spell of the machine.
+        Carried from one generation to the next, such a cost must not wander off: it stays
+        between the measured costs of the nearest smaller and larger sizes (a batch costs no
+        less than a smaller one). Without that a plain step never measured again went from
+        2 ms to 0.3 s over 40 generations of noisy ratios."""
+        verify, level = self._verify, self._level
+        moved = sorted(s.value / s.prior for s in verify.values() if s.n and s.prior)
+        m = len(moved)
+        drift = math.sqrt(moved[(m - 1) // 2] * moved[m // 2]) if m else 1.0
+        out = {b: s.value * (level if s.n else drift * level) for b, s in verify.items() if s.value is not None}
+        if m and len(out) > m:
+            measured = sorted((b, out[b]) for b, s in verify.items() if s.n and b in out)
+            for b, s in verify.items():
+                if s.n or b not in out:
+                    continue
+                below = [v for size, v in measured if size < b]
+                above = [v for size, v in measured if size > b]
+                if below:
+                    out[b] = max(out[b], max(below))
+                if above:
+                    out[b] = min(out[b], min(above))
+        return out
 
     def _noise(self) -> float | None:
         """The relative error of the best-sampled target cost (the machine's noise), once it
@@ -645,6 +665,8 @@ class AdaptivePolicy:
             # again (which need not move alike), and a gain too small to be sure of: one
             # plain step now costs next to nothing and may turn the decision.
             return False
+        if s.n == 0 and self._round < _REFRESH_MIN:
+            return True   # a refresh the carried round count makes due waits for a few rounds
         budget = _REFRESH_FIRST if s.n < 3 and s.prior is None else _REFRESH_BUDGET
         every = lost / (budget * seconds) if seconds > 0 else _REFRESH_MIN
         return self._since_plain < min(max(every, _REFRESH_MIN), _REFRESH_MAX)
