@@ -114,7 +114,7 @@ class Generator:
             drafter.prefill(tokens, now=policy.drafting)
 
         quiet = 0                 # plain rounds to come that the policy need not see
-        passed = [0, 0]           # quiet rounds gone by, and their tokens, not yet reported
+        passed = passed_tokens = 0   # quiet rounds gone by, and their tokens, not yet reported
         while out.reason is None:
             if cancel is not None and cancel.is_set():
                 out.reason = StopReason.CANCELLED
@@ -131,9 +131,9 @@ class Generator:
                 quiet -= 1
                 want, probe = 0, False
             else:
-                if passed[0]:
-                    policy.passed(*passed)
-                    passed = [0, 0]
+                if passed:
+                    policy.passed(passed, passed_tokens)
+                    passed = passed_tokens = 0
                 want = policy.next_k()
                 probe = policy.probe
                 if want and not drafter.ready:
@@ -209,16 +209,16 @@ class Generator:
             yield step
             step_index += 1
             if silent:
-                passed[0] += 1
-                passed[1] += emitted
+                passed += 1
+                passed_tokens += emitted
                 continue
             note = policy.observe(step)
             if note:
                 stats.note(note)
                 yield PolicyNote(policy.drafting, policy.k_now, note)
             quiet = policy.quiet_rounds()
-        if passed[0]:
-            policy.passed(*passed)
+        if passed:
+            policy.passed(passed, passed_tokens)
 
         reason = out.reason
         text = out.text

@@ -325,7 +325,8 @@ class AdaptivePolicy:
         self._judged = [0.0] * n                # rounds with position i drafted and i-1 accepted
         self._accepted = [0.0] * n              # ... whose position i was accepted
         self._draft_rounds = 0
-        self._points: dict[bool, list] = {}     # verify costs by batch size, until the next round
+        # Verify costs by batch size (and, under None, _verify_values()), until the next round.
+        self._points: dict = {}
         self._curves: dict[tuple, dict] = {}    # predictions, until the next round
         self._ladder_set = set(self._ladder)
         self._since_plain = 0                   # drafting rounds since the last plain step
@@ -394,6 +395,7 @@ class AdaptivePolicy:
         except (TypeError, ValueError):
             return   # a damaged entry: start from nothing
         self._verify = {b: _Samples(v) for b, v in verify.items()}
+        self._points = {}
         self._sync.prior, self._step.prior, self._catchup = sync, step, catchup
         self._multi = bool(d.get("multi"))
         noise = d.get("noise")
@@ -472,22 +474,25 @@ class AdaptivePolicy:
         between the measured costs of the nearest smaller and larger sizes (a batch costs no
         less than a smaller one). Without that a plain step never measured again went from
         2 ms to 0.3 s over 40 generations of noisy ratios."""
+        cached = self._points.get(None)
+        if cached is not None:
+            return cached
         verify, level = self._verify, self._level
         moved = sorted(s.value / s.prior for s in verify.values() if s.n and s.prior)
         m = len(moved)
         drift = math.sqrt(moved[(m - 1) // 2] * moved[m // 2]) if m else 1.0
         out = {b: s.value * (level if s.n else drift * level) for b, s in verify.items() if s.value is not None}
-        if m and len(out) > m:
-            measured = sorted((b, out[b]) for b, s in verify.items() if s.n and b in out)
-            for b, s in verify.items():
-                if s.n or b not in out:
-                    continue
-                below = [v for size, v in measured if size < b]
-                above = [v for size, v in measured if size > b]
-                if below:
-                    out[b] = max(out[b], max(below))
-                if above:
-                    out[b] = min(out[b], min(above))
+        measured = [(b, out[b]) for b, s in verify.items() if s.n and b in out]
+        for b, s in verify.items():
+            if s.n or b not in out or not measured:
+                continue
+            below = [v for size, v in measured if size < b]
+            above = [v for size, v in measured if size > b]
+            if below:
+                out[b] = max(out[b], max(below))
+            if above:
+                out[b] = min(out[b], min(above))
+        self._points[None] = out
         return out
 
     def _noise(self) -> float | None:
