@@ -49,6 +49,8 @@ _SEED_WEIGHT = 6.0       # acceptance evidence carried into a new generation (pr
 _RESUME_WEIGHT = 8.0     # acceptance evidence kept when drafting resumes (fresh rounds decide)
 _MIN_AFTER_RESUME = 4    # drafting rounds after a resume before acceptance alone may pause it
 _MOVE_MARGIN = 0.02      # a new K must be predicted this much faster to move there
+_EXPLORE_GAP = 0.05      # a K whose batch is not measured in this answer is tried once if predicted this close
+_EXPLORE_AFTER = 2       # ... after this many drafting rounds at the K in force
 _RESUME_MARGIN = 0.03    # a probe must predict this much gain to resume drafting
 _EXPECTED_LOSS = 0.03    # drafting pauses when it is expected to lose this much ...
 _EXPECTED_ROUNDS = 12    # ... after this many drafting rounds since it (re)started (a larger loss, fewer)
@@ -332,6 +334,7 @@ class AdaptivePolicy:
         self._since_plain = 0                   # drafting rounds since the last plain step
         self._since_resume = 0                  # drafting rounds since drafting (re)started
         self._since_probe = 0
+        self._explored = False                  # this generation has tried its one other K
         self._probe_every = _PROBE_MIN
         self._last_probe_speedup = 0.0
         self._note: str | None = None           # said at the first observe (a seeded pause)
@@ -472,8 +475,9 @@ class AdaptivePolicy:
         ended at a longer context than this one began, and on another spell of the machine.
         Carried from one generation to the next, such a cost must not wander off: it stays
         between the measured costs of the nearest smaller and larger sizes (a batch costs no
-        less than a smaller one). Without that a plain step never measured again went from
-        2 ms to 0.3 s over 40 generations of noisy ratios."""
+        less than a smaller one), and costs no more per token than a smaller one. Without that
+        a plain step never measured again went from 2 ms to 0.3 s over 40 generations of
+        noisy ratios, and a batch of 9 grew to twice a batch of 7's cost."""
         cached = self._points.get(None)
         if cached is not None:
             return cached
@@ -486,12 +490,12 @@ class AdaptivePolicy:
         for b, s in verify.items():
             if s.n or b not in out or not measured:
                 continue
-            below = [v for size, v in measured if size < b]
-            above = [v for size, v in measured if size > b]
-            if below:
-                out[b] = max(out[b], max(below))
-            if above:
-                out[b] = min(out[b], min(above))
+            # No less than a smaller batch, no more than a larger one, nor more per token
+            # than a smaller one (batching only shares a step's cost).
+            lo = max((v for size, v in measured if size < b), default=0.0)
+            hi = min([v for size, v in measured if size > b]
+                     + [v * b / size for size, v in measured if size < b])
+            out[b] = max(min(out[b], hi), lo)
         self._points[None] = out
         return out
 
@@ -645,7 +649,30 @@ class AdaptivePolicy:
             return 0
         if self._round and not self._plain_step_known():
             return 0                      # measure the plain target step (again)
+        if not self._explored and self._since_resume >= _EXPLORE_AFTER:
+            return self._explore()
         return self._k
+
+    def _explore(self) -> int:
+        """Once a generation: the K (other than the one in force) predicted fastest among
+        those whose verify batch this generation has not measured, when it is predicted
+        within ``_EXPLORE_GAP`` of the K in force; else the K in force. A carried cost moves
+        with the sizes measured again, so without a measurement of its own it wanders, and a
+        K it makes look slow is never drafted to find out: a pair that pays at K=8 stayed at
+        K=5 for good once noise had made a batch of 9 look dear."""
+        self._explored = True
+        k_now = self._k
+        if not self._multi:       # a lookup's batch follows its match, not K
+            return k_now
+        now = self.speedup(k_now)
+        best_k, best = k_now, 0.0
+        for k in self._ladder:
+            s = self._verify.get(k + 1)
+            if k != k_now and (s is None or not s.n):
+                sp = self.speedup(k) or 0.0
+                if sp > best:
+                    best_k, best = k, sp
+        return best_k if now and best >= now * (1.0 - _EXPLORE_GAP) else k_now
 
     def _plain_step_known(self) -> bool:
         """Whether the plain step is measured well enough not to spend a round on it now: once
