@@ -690,3 +690,28 @@ def test_lookup_misses_do_not_stand_in_for_a_plain_round():
     assert plain == pytest.approx(0.0005)
     seeded = AdaptivePolicy(1, 8, learned=p.learned())
     assert seeded.estimates()["round_seconds_beyond_decodes"]["plain"] == pytest.approx(plain)
+
+
+def test_a_paused_cheap_lookup_probes_what_it_finds_on_a_new_prompt():
+    """Lookups the target rejected on one prompt (a 2 ms step, a 10 us lookup) start the
+    next answer paused; on a prompt that repeats itself they came back only after a probe
+    fired into a round with no match, counted as failed, and backed off. A lookup this cheap
+    now probes at its first match in a new answer, and a probe that finds nothing stays due."""
+    first = AdaptivePolicy(1, 8)
+    simulate(first, target_step=0.002, draft_step=0.00001, accept=0.05, per_token_verify=0.6, lookup_hit=0.3,
+             rounds=60, overhead=(0.00002, 0.00001))
+    assert not first.drafting
+    p = AdaptivePolicy(1, 8, learned=first.learned())
+    assert not p.drafting
+    log = []
+    simulate(p, target_step=0.002, draft_step=0.00001, accept=0.95, per_token_verify=0.6, lookup_hit=0.3,
+             rounds=40, overhead=(0.00002, 0.00001), log=log)
+    looks = [i for i, (k, _, _, probe) in enumerate(log) if probe]
+    assert looks[:4] == [0, 1, 2, 3], log[:6]      # due from the start: one look a round until a match
+    assert log[3][2] > 1                            # ... whose proposal the target took
+    assert p.drafting
+    # next to a 40 us step looking is a quarter of a round: a probe that finds nothing still fails
+    fast = AdaptivePolicy(1, 8)
+    simulate(fast, target_step=0.00004, draft_step=0.00001, accept=0.05, per_token_verify=0.6, lookup_hit=0.3,
+             rounds=60, overhead=(0.00002, 0.00001))
+    assert not fast._looking_is_cheap()

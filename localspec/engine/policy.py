@@ -65,6 +65,7 @@ _PROBE_MIN = 8
 _PROBE_BACKOFF_MAX = 128  # failed probes double the gap up to this (or the tokens so far)
 _PROBE_MAX = 4096
 _CATCHUP_WINDOW = 32     # tokens a drafter is assumed to re-read for a probe after a long pause
+_LOOK_SHARE = 0.02       # a lookup costing less than this share of a plain round: its probes wait for a match
 _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
 _PAUSED_SAMPLE = 32      # while paused, one round in this many is measured (nothing to decide)
 _QUIET_ALWAYS = 1 << 30  # quiet rounds of a policy that never drafts
@@ -427,7 +428,10 @@ class AdaptivePolicy:
             self.drafting = False
             self.pauses = 1
             self._k = self._best()[0]
-            self._probe_every = self._probe_interval(max(self._k, min(_PROBE_K, self.draft_max)))
+            # A new prompt may repeat itself where the last one did not: a lookup that costs
+            # next to nothing to try probes at its first match.
+            self._probe_every = (0 if self._looking_is_cheap()
+                                 else self._probe_interval(max(self._k, min(_PROBE_K, self.draft_max))))
             rate = (self.predict(self._k) or (1.0, base))
             self.predicted_speedup = rate[0] / rate[1] * base
             self._reason = self._explain(self._k, self.predicted_speedup, paused=True, seeded=True)
@@ -627,6 +631,19 @@ class AdaptivePolicy:
             tokens = min(tokens, max(_PROBE_MIN, self._tokens))
         return int(min(max(tokens, _PROBE_MIN), _PROBE_MAX))
 
+    def _looking_is_cheap(self) -> bool:
+        """Whether this is a lookup (one step, whatever K) that costs, with its round's extra
+        bookkeeping, under ``_LOOK_SHARE`` of a plain round: then a paused one can look for a
+        match every round while a probe is due, and probe what it finds. Next to a fast
+        target step (40 us) a lookup is a tenth of a round, and looking is not free."""
+        if self._multi or self._sync.value is None:
+            return False
+        plain = self._curve().get(0)
+        if not plain:
+            return False
+        extra = max((self._overhead[True].value or 0.0) - (self._overhead[False].value or 0.0), 0.0)
+        return self._sync.value + extra <= _LOOK_SHARE * plain[1]
+
     def gate(self):
         """The per-token stop rule of a draft: only with an explicit p_min."""
         p_min = self.p_min
@@ -775,7 +792,10 @@ class AdaptivePolicy:
 
     def observe(self, r: Step) -> str | None:
         """Learn from a finished round; return a sentence when drafting turns on or off."""
-        if not self.drafting and not r.probe:   # paused between probes: nothing to decide
+        if not self.drafting and (not r.probe or (r.drafted == 0 and self._looking_is_cheap())):
+            # Paused between probes: nothing to decide. A cheap lookup's probe that found
+            # nothing says nothing about its proposals: the probe stays due (the next round
+            # looks again) instead of counting as one that failed.
             self._since_probe += r.emitted
             self._count_paused(r)
             note, self._note = self._note, None
