@@ -485,21 +485,37 @@ class AdaptivePolicy:
         cached = self._points.get(None)
         if cached is not None:
             return cached
-        verify, level = self._verify, self._level
-        moved = sorted(s.value / s.prior for s in verify.values() if s.n and s.prior)
+        sizes = []                      # (size, cost at the level, measured in this generation)
+        moved = []
+        for b, smp in self._verify.items():
+            v = smp.value
+            if v is not None:
+                sizes.append((b, v, smp.n > 0))
+                if smp.n and smp.prior:
+                    moved.append(v / smp.prior)
+        moved.sort()
         m = len(moved)
         drift = math.sqrt(moved[(m - 1) // 2] * moved[m // 2]) if m else 1.0
-        out = {b: s.value * (level if s.n else drift * level) for b, s in verify.items() if s.value is not None}
-        measured = [(b, out[b]) for b, s in verify.items() if s.n and b in out]
-        for b, s in verify.items():
-            if s.n or b not in out or not measured:
-                continue
-            # No less than a smaller batch, no more than a larger one, nor more per token
-            # than a smaller one (batching only shares a step's cost).
-            lo = max((v for size, v in measured if size < b), default=0.0)
-            hi = min([v for size, v in measured if size > b]
-                     + [v * b / size for size, v in measured if size < b])
-            out[b] = max(min(out[b], hi), lo)
+        level = self._level
+        out = {b: v * (level if measured else drift * level) for b, v, measured in sizes}
+        if any(measured for _, _, measured in sizes) and not all(measured for _, _, measured in sizes):
+            # No less than a smaller measured batch, no more than a larger one, nor more per
+            # token than a smaller one (batching only shares a step's cost): one pass up the
+            # sizes, one down.
+            sizes.sort()
+            lo, per, bounds = 0.0, math.inf, {}
+            for b, _, measured in sizes:
+                if measured:
+                    lo, per = max(lo, out[b]), min(per, out[b] / b)
+                else:
+                    bounds[b] = (lo, per * b)
+            above = math.inf
+            for b, _, measured in reversed(sizes):
+                if measured:
+                    above = min(above, out[b])
+                else:
+                    lo, hi = bounds[b]
+                    out[b] = max(min(out[b], above, hi), lo)
         self._points[None] = out
         return out
 
