@@ -44,6 +44,7 @@ from localspec.bench.sweep import PROMPTS  # noqa: E402
 from localspec.chat.comparison import NEAR_TIE, gap_where_they_part  # noqa: E402
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, PromptProcessed, RunSpec, SamplingConfig  # noqa: E402
 from localspec.engine.backend import backend_name  # noqa: E402
+from localspec.engine.events import Step  # noqa: E402
 
 GREEDY = SamplingConfig(temperature=0.0, seed=0)
 DEFAULT = RunSpec(sampling=GREEDY)      # the defaults: adaptive, draft model, K up to 8
@@ -78,12 +79,29 @@ def settings(ks: list[int], chain: bool) -> dict[str, RunSpec]:
     return out
 
 
+def run_lengths(ks: list[int]) -> str:
+    """Each round's K, run-length encoded ("0 8*14 2": a plain round, 14 at K=8, one at K=2):
+    what a run drafted, small enough to keep for every run."""
+    out: list[str] = []
+    i = 0
+    while i < len(ks):
+        j = i
+        while j < len(ks) and ks[j] == ks[i]:
+            j += 1
+        out.append(str(ks[i]) if j - i == 1 else f"{ks[i]}*{j - i}")
+        i = j
+    return " ".join(out)
+
+
 def one(engine: Engine, tokens: list[int], spec: RunSpec) -> dict:
     engine.reset()
     done = None
+    ks: list[int] = []
     c0 = time.process_time()
     for ev in engine.run(tokens, spec):
-        if isinstance(ev, PromptProcessed):
+        if isinstance(ev, Step):
+            ks.append(ev.k)
+        elif isinstance(ev, PromptProcessed):
             c0 = time.process_time()   # the generation starts here, as its tok/s does
         elif isinstance(ev, Done):
             cpu_gen = time.process_time() - c0
@@ -95,7 +113,7 @@ def one(engine: Engine, tokens: list[int], spec: RunSpec) -> dict:
             "tokens": s.n_generated, "acceptance": s.acceptance_rate,
             "tokens_per_step": s.tokens_per_step, "drafting_off": s.tokens_drafting_off, "pauses": s.pauses,
             "probes": s.probes, "k_max": s.k_max, "seeded": bool(done.policy.get("seeded")),
-            "ids": done.token_ids}
+            "ks": run_lengths(ks), "ids": done.token_ids}
 
 
 def warmed(engine: Engine, tokens: list[int], spec: RunSpec, warm: int) -> dict:
@@ -119,7 +137,8 @@ def summary(rows: list[dict]) -> dict:
             "cpu_tok_s": statistics.median(cpu), "cpu_min": min(cpu), "cpu_max": max(cpu), "cpu_runs": cpu,
             "acceptance": statistics.median(r["acceptance"] for r in rows),
             "drafting_off": statistics.median(r["drafting_off"] for r in rows),
-            "pauses": max(r["pauses"] for r in rows), "tokens": rows[0]["tokens"]}
+            "pauses": max(r["pauses"] for r in rows), "tokens": rows[0]["tokens"],
+            "ks": [r["ks"] for r in rows]}   # each run's draft lengths (run_lengths)
 
 
 def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: None) -> dict:

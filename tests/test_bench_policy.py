@@ -79,6 +79,10 @@ def test_a_warm_up_runs_the_same_setting_first_and_teaches_the_measured_run_noth
         e.run = lambda tokens, spec, cancel=None: (asked.append(spec.max_tokens), run(tokens, spec, cancel))[1]
         row = bench_policy.warmed(e, toks, RunSpec(sampling=SamplingConfig(temperature=0.0), max_tokens=40), 6)
         assert asked == [6, 40]
+        # each round's K, run-length encoded: one entry per round
+        rounds = [(int(k), int(n or 1)) for k, _, n in (p.partition("*") for p in row["ks"].split())]
+        assert sum(n for _, n in rounds) == round(row["tokens"] / row["tokens_per_step"])
+        assert rounds[0][0] == 0 and any(k > 0 for k, _ in rounds)
         assert not row["seeded"], "the measured run starts from what was learned before the warm-up"
         assert e.memory.get("model") is not None     # what the measured run learned is kept
         snap = e.memory.snapshot()
@@ -86,6 +90,12 @@ def test_a_warm_up_runs_the_same_setting_first_and_teaches_the_measured_run_noth
         assert e.memory.get("model") is None
         e.memory.restore(snap)
         assert e.memory.get("model") == snap["model"]
+
+
+def test_run_lengths_say_what_each_round_drafted_in_a_few_characters():
+    assert bench_policy.run_lengths([0] + [8] * 14 + [0, 2]) == "0 8*14 0 2"
+    assert bench_policy.run_lengths([]) == ""
+    assert bench_policy.run_lengths([0] * 512) == "0*512"
 
 
 def test_the_interval_of_a_ratio_of_medians_says_when_noise_explains_a_miss():
