@@ -486,19 +486,20 @@ class AdaptivePolicy:
         if cached is not None:
             return cached
         sizes = []                      # (size, cost at the level, measured in this generation)
-        moved = []
+        moved = []                      # a measured size's cost over its carried one
         for b, smp in self._verify.items():
             v = smp.value
             if v is not None:
                 sizes.append((b, v, smp.n > 0))
                 if smp.n and smp.prior:
                     moved.append(v / smp.prior)
+        n_measured = sum(measured for _, _, measured in sizes)
         moved.sort()
         m = len(moved)
         drift = math.sqrt(moved[(m - 1) // 2] * moved[m // 2]) if m else 1.0
         level = self._level
         out = {b: v * (level if measured else drift * level) for b, v, measured in sizes}
-        if any(measured for _, _, measured in sizes) and not all(measured for _, _, measured in sizes):
+        if 0 < n_measured < len(sizes):
             # No less than a smaller measured batch, no more than a larger one, nor more per
             # token than a smaller one (batching only shares a step's cost): one pass up the
             # sizes, one down.
