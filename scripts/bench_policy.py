@@ -97,10 +97,14 @@ def one(engine: Engine, tokens: list[int], spec: RunSpec) -> dict:
     engine.reset()
     done = None
     ks: list[int] = []
+    rounds: list[tuple] = []
+    at = len(tokens)
     c0 = time.process_time()
     for ev in engine.run(tokens, spec):
         if isinstance(ev, Step):
             ks.append(ev.k)
+            rounds.append(round_record(ev, spec.drafter.value, at))
+            at += ev.emitted
         elif isinstance(ev, PromptProcessed):
             c0 = time.process_time()   # the generation starts here, as its tok/s does
         elif isinstance(ev, Done):
@@ -113,7 +117,56 @@ def one(engine: Engine, tokens: list[int], spec: RunSpec) -> dict:
             "tokens": s.n_generated, "acceptance": s.acceptance_rate,
             "tokens_per_step": s.tokens_per_step, "drafting_off": s.tokens_drafting_off, "pauses": s.pauses,
             "probes": s.probes, "k_max": s.k_max, "seeded": bool(done.policy.get("seeded")),
-            "ks": run_lengths(ks), "ids": done.token_ids}
+            "ks": run_lengths(ks), "ids": done.token_ids,
+            "wall": s.n_generated / s.tokens_per_second if s.tokens_per_second > 0 else 0.0,
+            "rounds": rounds}   # for pricing (priced()); not kept in the JSON
+
+
+# -- pricing: each run's rounds at the costs the whole cell measured ---------------------------
+# Identical work read 0.75-1.25x between runs minutes apart on these machines, so a ratio of
+# wall-clock medians cannot tell a policy's few-percent loss from a slow spell. Pricing every
+# round of every run of a cell at the median cost that rounds of its kind measured across the
+# cell (all settings, all repetitions) leaves what each run chose to do, and its own time
+# outside the decodes (the loop's Python, the policy's included), and takes the machine's
+# moods out: a run priced below another did more or dearer work.
+CONTEXT_BUCKET = 64     # tokens: a decode costs more as the context grows
+
+
+def round_record(step: Step, drafter: str, at: int) -> tuple:
+    """What pricing needs of a round: its verify key, its draft key (None: priced as
+    measured: a first token, a round that waited for a read alongside, a long catch-up), and
+    the seconds it measured for each."""
+    bucket = at // CONTEXT_BUCKET
+    verify = (step.verify_batch, bucket) if step.verify_batch > 0 else None
+    draft = None
+    if step.draft_steps > 0 and step.wait_seconds == 0.0 and step.sync_tokens <= 8:
+        draft = (step.source or drafter, step.draft_steps, step.sync_tokens, bucket)
+    return verify, step.verify_seconds, draft, step.draft_seconds
+
+
+def cost_table(runs: list[list[tuple]], min_samples: int = 3) -> dict:
+    """The median seconds of each verify and draft key over all the rounds given, for keys
+    measured at least ``min_samples`` times."""
+    seen: dict = {}
+    for rounds in runs:
+        for verify, v_s, draft, d_s in rounds:
+            if verify is not None:
+                seen.setdefault(("v",) + verify, []).append(v_s)
+            if draft is not None:
+                seen.setdefault(("d",) + draft, []).append(d_s)
+    return {k: statistics.median(xs) for k, xs in seen.items() if len(xs) >= min_samples}
+
+
+def priced(run: dict, table: dict) -> float:
+    """The run's tok/s with each round's decodes at the table's cost (its own where the
+    table has none), plus its own time outside the decodes."""
+    measured = pooled = 0.0
+    for verify, v_s, draft, d_s in run["rounds"]:
+        measured += v_s + d_s
+        pooled += table.get(("v",) + verify, v_s) if verify is not None else v_s
+        pooled += table.get(("d",) + draft, d_s) if draft is not None else d_s
+    seconds = max(run["wall"] - measured, 0.0) + pooled
+    return run["tokens"] / seconds if seconds > 0 else 0.0
 
 
 def warmed(engine: Engine, tokens: list[int], spec: RunSpec, warm: int) -> dict:
@@ -138,7 +191,9 @@ def summary(rows: list[dict]) -> dict:
             "acceptance": statistics.median(r["acceptance"] for r in rows),
             "drafting_off": statistics.median(r["drafting_off"] for r in rows),
             "pauses": max(r["pauses"] for r in rows), "tokens": rows[0]["tokens"],
-            "ks": [r["ks"] for r in rows]}   # each run's draft lengths (run_lengths)
+            "ks": [r["ks"] for r in rows],   # each run's draft lengths (run_lengths)
+            **({"priced_tok_s": statistics.median(r["priced_tok_s"] for r in rows),
+                "priced_runs": [r["priced_tok_s"] for r in rows]} if "priced_tok_s" in rows[0] else {})}
 
 
 def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: None) -> dict:
@@ -166,6 +221,10 @@ def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: N
                 rot = order[rep % len(order):] + order[:rep % len(order)]
                 for s in rot:
                     rows[s].append(warmed(engine, encoded[p["id"]], specs[s].with_(max_tokens=n), args.warm))
+            table = cost_table([r["rounds"] for rs in rows.values() for r in rs])
+            for rs in rows.values():
+                for r in rs:
+                    r["priced_tok_s"] = priced(r, table)
             cell = {"pair": name, "prompt": p["id"], "category": p["category"], "n": n,
                     "settings": {s: summary(r) for s, r in rows.items()},
                     "lossless": all(r["ids"] == rows["target"][0]["ids"] for rs in rows.values() for r in rs)}
@@ -187,6 +246,12 @@ def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: N
             cell["cpu_best"] = cpu_best_name
             cell["cpu_default_vs_best"] = st["default"]["cpu_tok_s"] / cpu_best
             cell["cpu_meets_0_97"] = cell["cpu_default_vs_best"] >= 0.97
+            # the same verdicts with every run priced at the cell's costs (the machine's moods out)
+            pr_best_name, pr_best = max([("target", st["target"]["priced_tok_s"])]
+                                        + [(s, st[s]["priced_tok_s"]) for s in fixed], key=lambda x: x[1])
+            cell["priced_best"] = pr_best_name
+            cell["priced_default_vs_best"] = st["default"]["priced_tok_s"] / pr_best
+            cell["priced_default_vs_best_ci"] = interval(cell, "default", _rivals(cell), key="priced_runs")
             if chain:
                 better = max(st["ngram"]["tok_s"], st["default"]["tok_s"])
                 cell["chain_vs_better"] = st["ngram+model"]["tok_s"] / better
@@ -199,6 +264,10 @@ def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: N
                 cpu_better = max(st["ngram"]["cpu_tok_s"], st["default"]["cpu_tok_s"])
                 cell["cpu_chain_vs_better"] = st["ngram+model"]["cpu_tok_s"] / cpu_better
                 cell["cpu_chain_meets"] = cell["cpu_chain_vs_better"] >= need
+                cell["priced_chain_vs_better"] = st["ngram+model"]["priced_tok_s"] / max(
+                    st["ngram"]["priced_tok_s"], st["default"]["priced_tok_s"])
+                cell["priced_chain_vs_better_ci"] = interval(cell, "ngram+model", ["ngram", "default"],
+                                                             key="priced_runs")
             cells.append(cell)
             save(entry)   # every finished cell survives an interruption
             log(f"{name} n={n} {p['id']}: " + ", ".join(f"{s} {v['tok_s']:.1f}" for s, v in st.items())
@@ -233,24 +302,25 @@ def paired(cell: dict, a: str, b: str) -> float:
     return statistics.median(x / y for x, y in zip(ra, rb))
 
 
-def interval(cell: dict, a: str, rivals: list[str], resamples: int = 2000) -> tuple[float, float] | None:
+def interval(cell: dict, a: str, rivals: list[str], resamples: int = 2000,
+             key: str = "runs") -> tuple[float, float] | None:
     """A 95% bootstrap interval of a's median tok/s over the largest median among ``rivals``:
     every setting's runs resampled with replacement, the best rival chosen anew each time (so
     the luck of the largest of several noisy medians is in it too). On a machine whose runs
     spread by 20-30%, a ratio of medians of a few runs is good to a few percent only: a cell
     whose interval straddles 0.97 is not shown to miss (or to meet) the goal. None below
-    three runs."""
+    three runs. ``key``: the runs' tok/s to use (``priced_runs``: priced at the cell's costs)."""
     import random
 
     st = cell["settings"]
-    if len(st[a]["runs"]) < 3:
+    if len(st[a].get(key, ())) < 3:
         return None
     rnd = random.Random(0)     # the same interval for the same file
 
     def median_of_resample(xs: list[float]) -> float:
         return statistics.median(rnd.choice(xs) for _ in xs)
 
-    ratios = sorted(median_of_resample(st[a]["runs"]) / max(median_of_resample(st[r]["runs"]) for r in rivals)
+    ratios = sorted(median_of_resample(st[a][key]) / max(median_of_resample(st[r][key]) for r in rivals)
                     for _ in range(resamples))
     return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
 
@@ -299,9 +369,12 @@ def markdown(paths: list[str]) -> str:
             cells = pair["cells"]
             names = list(cells[0]["settings"])
             chain = "chain_vs_better" in cells[0]
+            pricing = "priced_default_vs_best" in cells[0]
             head = ["prompt", "n"] + names + ["default / best (range)", "95% interval", "paired", "held-out",
                                               "CPU-time: default / best"] + (
-                ["chain / better", "95% interval", "chain / model", "CPU-time: chain / better"] if chain else [])
+                ["priced: default / best (interval)"] if pricing else []) + (
+                ["chain / better", "95% interval", "chain / model", "CPU-time: chain / better"] if chain else []) + (
+                ["priced: chain / better (interval)"] if chain and pricing else [])
             lines += [f"\n{pair['pair']} ({Path(path).name}, {data['runs']} runs, threads {data['threads']}; "
                       f"cold default {pair['cold_default']['tok_s']:.1f} tok/s)\n",
                       "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -323,6 +396,9 @@ def markdown(paths: list[str]) -> str:
                                + f" (best {c['cpu_best']})")
                 else:
                     row.append("-")
+                if pricing:
+                    row.append(_priced_text(c["priced_default_vs_best"], c["priced_default_vs_best_ci"], 0.97)
+                               + f" (best {c['priced_best']})")
                 if chain:
                     row.append(f"{c['chain_vs_better']:.3f}" + ("" if c["chain_meets"] else " ✗"))
                     row.append(_interval_text(_stored_interval(c, "chain_vs_better_ci", "ngram+model",
@@ -330,6 +406,9 @@ def markdown(paths: list[str]) -> str:
                     row.append(f"{c['chain_vs_model']:.3f}")
                     row.append(f"{c['cpu_chain_vs_better']:.3f}" + ("" if c.get("cpu_chain_meets") else " ✗")
                                if "cpu_chain_vs_better" in c else "-")
+                    if pricing:
+                        row.append(_priced_text(c["priced_chain_vs_better"], c["priced_chain_vs_better_ci"],
+                                                chain_goal(c.get("category"))))
                 lines.append("| " + " | ".join(row) + " |")
             parted = [(c, d) for c in cells for d in c.get("differences", [])]
             if parted:
@@ -346,8 +425,17 @@ def markdown(paths: list[str]) -> str:
                          + (f", CPU time {_geomean(c['cpu_default_vs_best'] for c in cells):.3f}"
                             if all("cpu_default_vs_best" in c for c in cells) else "")
                          + (f"; chain / best {_geomean(c['chain_vs_best'] for c in cells):.3f}"
-                            if all("chain_vs_best" in c for c in cells) else ""))
+                            if all("chain_vs_best" in c for c in cells) else "")
+                         + (f"; priced: default / best {_geomean(c['priced_default_vs_best'] for c in cells):.3f}"
+                            if all("priced_default_vs_best" in c for c in cells) else "")
+                         + (f", chain / better {_geomean(c['priced_chain_vs_better'] for c in cells):.3f}"
+                            if all("priced_chain_vs_better" in c for c in cells) else ""))
     return "\n".join(lines).lstrip("\n")
+
+
+def _priced_text(ratio: float, ci, goal: float) -> str:
+    return f"{ratio:.3f}" + ("" if ratio >= goal else " ✗") + (
+        f" ({_interval_text(ci, goal)})" if ci else "")
 
 
 def _interval_text(ci: tuple[float, float] | None, goal: float) -> str:
@@ -426,6 +514,15 @@ def main(argv=None) -> int:
         # misses the noise cannot explain: the whole 95% interval below the goal
         "clear_misses": [{k: c[k] for k in ("pair", "prompt", "n", "default_vs_best", "default_vs_best_ci")}
                          for c in cells if c["default_vs_best_ci"] and c["default_vs_best_ci"][1] < 0.97],
+        # the same verdicts priced at each cell's costs (see priced())
+        "priced_default_meets_0_97": sum(c["priced_default_vs_best"] >= 0.97 for c in cells),
+        "priced_misses": [{k: c[k] for k in ("pair", "prompt", "n", "priced_best", "priced_default_vs_best",
+                                             "priced_default_vs_best_ci")}
+                          for c in cells if c["priced_default_vs_best"] < 0.97],
+        "priced_chain_misses": [{k: c[k] for k in ("prompt", "n", "priced_chain_vs_better",
+                                                   "priced_chain_vs_better_ci")}
+                                for c in cells if "priced_chain_vs_better" in c
+                                and c["priced_chain_vs_better"] < chain_goal(c["category"])],
         "chain_meets": sum(c.get("chain_meets", False) for c in cells if "chain_meets" in c),
         "chain_cells": sum(1 for c in cells if "chain_meets" in c),
         "chain_misses": [{k: c[k] for k in ("prompt", "n", "chain_vs_better", "chain_vs_model")}

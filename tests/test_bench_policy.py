@@ -114,3 +114,35 @@ def test_the_interval_of_a_ratio_of_medians_says_when_noise_explains_a_miss():
     assert hi < 0.97 and lo > 0.85
     assert bench_policy._interval_text((lo, hi), 0.97).endswith("✗✗")
     assert bench_policy.interval({"settings": {"default": {"runs": [1.0, 2.0]}}}, "default", []) is None
+
+
+def _run(rounds, outside=0.001):
+    """A run of rounds (verify batch, verify seconds, draft steps, draft seconds), each of one
+    token per batch position, with ``outside`` seconds outside its decodes."""
+    recs, at, wall, tokens = [], 10, outside, 0
+    for batch, v_s, steps, d_s in rounds:
+        step = bench_policy.Step(0, steps, steps, steps, batch, d_s, v_s, True, draft_steps=steps,
+                                 verify_batch=batch)
+        recs.append(bench_policy.round_record(step, "model", at))
+        at += batch
+        wall += v_s + d_s
+        tokens += batch
+    return {"rounds": recs, "wall": wall, "tokens": tokens}
+
+
+def test_pricing_takes_the_machines_moods_out_and_leaves_what_each_run_did():
+    """Two runs that drafted alike, one in a slow spell (every decode 1.5x), price alike;
+    a run that took a plain step where the others drafted prices slower, however fast the
+    machine was during it; a key measured fewer than three times keeps its own cost."""
+    fast = _run([(9, 0.010, 8, 0.002)] * 4)
+    slow = _run([(9, 0.015, 8, 0.003)] * 4)
+    plain = _run([(9, 0.008, 8, 0.0016)] * 3 + [(1, 0.006, 0, 0.0)] + [(9, 0.008, 8, 0.0016)])
+    table = bench_policy.cost_table([r["rounds"] for r in (fast, slow, plain)])
+    assert ("v", 1, 0) not in table                      # one plain step: measured once
+    a, b, c = (bench_policy.priced(r, table) for r in (fast, slow, plain))
+    assert a == pytest.approx(b)
+    wall = [r["tokens"] / r["wall"] for r in (fast, slow, plain)]
+    assert wall[2] > wall[0] > wall[1]                   # the wall clock ranks them by the machine
+    assert c < a                                         # priced, the plain step shows
+    assert c == pytest.approx(plain["tokens"] / (0.001 + 4 * table[("v", 9, 0)] + 4 * table[("d", "model", 8, 0, 0)]
+                                                  + 0.006))
