@@ -434,6 +434,7 @@ def markdown(paths: list[str]) -> str:
 
 
 def _priced_text(ratio: float, ci, goal: float) -> str:
+    """A priced ratio, marked below the goal, with its interval where the run stored one."""
     return f"{ratio:.3f}" + ("" if ratio >= goal else " ✗") + (
         f" ({_interval_text(ci, goal)})" if ci else "")
 
