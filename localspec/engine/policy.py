@@ -652,7 +652,8 @@ class AdaptivePolicy:
         """Whether this is a lookup (one step, whatever K) that costs, with its round's extra
         bookkeeping, under ``_LOOK_SHARE`` of a plain round: then a paused one can look for a
         match every round while a probe is due, and probe what it finds. Next to a fast
-        target step (40 us) a lookup is a tenth of a round, and looking is not free."""
+        target step (40 us) a lookup and its bookkeeping are a large share of a round:
+        looking is not free."""
         if self._multi or self._sync.value is None:
             return False
         plain = self._curve().get(0)
