@@ -398,7 +398,8 @@ def test_a_lookup_that_found_nothing_starts_the_next_generation_paused():
     """Next to a 45 us target step, lookups that found nothing paused; the next generation
     knows how far their drafts went (not only their acceptance, which nothing judged) and
     starts paused instead of drafting a few losing rounds first. Next to a 2 ms step the
-    same misses cost little: it starts drafting, the evidence too weak to pause on."""
+    same misses cost little: the last generation ended paused, so this one starts paused too,
+    but probes early and drafts from there once the lookups find matches."""
     def first(step):
         p = AdaptivePolicy(1, 8)
         simulate(p, target_step=step, draft_step=0.000005, accept=0.9, per_token_verify=0.1, lookup_hit=0.0,
@@ -410,8 +411,13 @@ def test_a_lookup_that_found_nothing_starts_the_next_generation_paused():
     learned = fast.learned()
     assert learned["positions"][0][1] > 0 and learned["positions"][1][1] == 0   # tried, never drafted
     assert not AdaptivePolicy(1, 8, learned=learned).drafting
-    assert AdaptivePolicy(1, 8, learned={**learned, "positions": None}).drafting   # acceptance alone
-    assert AdaptivePolicy(1, 8, learned=first(0.002).learned()).drafting
+    # acceptance alone, from a generation that ended drafting, is too weak to pause on
+    assert AdaptivePolicy(1, 8, learned={**learned, "positions": None, "drafting": True}).drafting
+    cheap = AdaptivePolicy(1, 8, learned=first(0.002).learned())
+    log = []
+    simulate(cheap, target_step=0.002, draft_step=0.000005, accept=0.9, per_token_verify=0.1, lookup_hit=0.9,
+             rounds=40, log=log, overhead=(0.0001, 0.00001))
+    assert cheap.drafting and any(k > 0 for k, *_ in log[:10])
 
 
 def test_a_seeded_generation_near_break_even_measures_its_plain_step_at_once():
@@ -522,6 +528,50 @@ def test_a_pair_near_break_even_that_loses_pauses():
     gains = AdaptivePolicy(1, 8)
     simulate(gains, target_step=0.050, draft_step=0.012, per_token_verify=0.05, rounds=200, accept=0.8)
     assert gains.pauses == 0 and gains.drafting
+
+
+def test_a_pair_near_break_even_that_ended_paused_does_not_draft_its_way_back_each_answer():
+    """The demo pair on a machine where its draft costs about a target step (drafting loses
+    ~5%), answers of 128 tokens, each seeded with the last one's costs. Its acceptance,
+    weakened for each new prompt, left an optimistic reading above break-even, so every answer
+    drafted four or more losing rounds before pausing again (0.95 of the target alone). An
+    answer after one that ended paused now starts paused and resumes only on a probe that
+    predicts a clear gain; probes that do not come no closer together."""
+    import random
+
+    verify = {1: 24.0, 2: 36.6, 3: 47.8, 4: 50.0, 5: 54.0, 6: 56.7, 7: 62.0, 8: 67.0, 9: 75.0}   # ms
+    rnd = random.Random(0)
+    now = [0.0]
+    learned, spent, drafted_rounds = None, 0.0, []
+    for answer in range(20):
+        p = AdaptivePolicy(1, 8, learned=learned)
+        p._clock = lambda: now[0]
+        t, behind, rounds, drafted = 0, 0, 0, 0
+        while t < 128:
+            want, probe = p.next_k(), p.probe
+            k = min(want if rounds >= 6 else 0, 127 - t)   # the draft reads the prompt for 6 rounds
+            probe = probe and k > 0
+            rounds += 1
+            a = 0
+            while a < k and rnd.random() < 0.97:
+                a += 1
+            sync_tokens = min(behind + 1, 64) if k else 0
+            sync = (22.0 + 4.0 * (sync_tokens - 1)) / 1000 if k else 0.0
+            d = sync + 0.017 * max(k - 1, 0)
+            v = verify[k + 1] * rnd.uniform(0.95, 1.05) / 1000
+            now[0] += d + v + 0.0003
+            if answer:
+                spent += d + v + 0.0003
+            drafted += k > 0 and not probe
+            p.observe(Step(rounds - 1, k, k, a, a + 1, d, v, p.drafting, draft_steps=k, verify_batch=k + 1,
+                           probe=probe, sync_tokens=sync_tokens, sync_seconds=sync))
+            behind = 0 if k else behind + a + 1
+            t += a + 1
+        learned = p.learned()
+        drafted_rounds.append(drafted)
+    alone = 19 * 128 * 0.0243
+    assert alone / spent >= 0.98, alone / spent
+    assert sum(drafted_rounds[1:]) <= 8, drafted_rounds
 
 
 def test_a_draft_no_smaller_than_the_target_starts_paused():

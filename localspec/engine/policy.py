@@ -422,9 +422,14 @@ class AdaptivePolicy:
         if self.verify_cost(1) is None or self._sync.value is None:
             return
         base = self.verify_cost(1)
-        hi = self._bounds()[1]
+        expected, hi, _ = self._bounds()
         self._reason = "starting from the costs measured last time"
-        if self.can_pause and hi < 1.0:
+        # A generation that ended paused resumes as a paused one does: on a probe predicting a
+        # clear gain (its acceptance, weakened for a new prompt, brings that probe early), not
+        # by drafting the rounds it takes to be sure it loses again: on a pair near break-even
+        # (the demo pair where its draft costs a target step) those rounds came in every answer.
+        ended_paused = d.get("drafting") is False
+        if self.can_pause and (hi < 1.0 or (ended_paused and expected <= 1.0 + _RESUME_MARGIN)):
             self.drafting = False
             self.pauses = 1
             self._k = self._best()[0]
@@ -867,8 +872,12 @@ class AdaptivePolicy:
                 self._last_probe_speedup = self.predicted_speedup
             elif r.probe:
                 gap = self._probe_interval(max(k_best, min(_PROBE_K, self.draft_max)))
-                if s_best > self._last_probe_speedup * 1.01:
-                    self._probe_every = gap     # the evidence is improving: look again soon
+                if s_best > self._last_probe_speedup * 1.01 and s_best >= 1.0:
+                    # The evidence is improving and drafting is expected to pay, if not yet by
+                    # the margin: look again soon. Below break-even each probe of a pair whose
+                    # draft costs about a target step lost a token's time, and probes that all
+                    # were accepted came ever closer together.
+                    self._probe_every = gap
                 else:
                     cap = max(_PROBE_MIN, min(_PROBE_BACKOFF_MAX, self._tokens))
                     self._probe_every = max(gap, min(self._probe_every * 2, cap))
