@@ -389,7 +389,8 @@ class AdaptivePolicy:
     def _seed(self, d: dict) -> None:
         """Start from an earlier generation's measurements: its costs as priors (real samples
         replace them), its acceptance as weak evidence, its K, and paused when even an
-        optimistic reading of them says drafting loses."""
+        optimistic reading of them says drafting loses, or when the last generation ended
+        paused and they predict no clear gain."""
         try:
             verify = {int(b): float(v) for b, v in (d.get("verify") or {}).items() if v}
             sync, step, catchup = (None if d.get(x) is None else float(d[x])
