@@ -873,12 +873,8 @@ class AdaptivePolicy:
                 self._last_probe_speedup = self.predicted_speedup
             elif r.probe:
                 gap = self._probe_interval(max(k_best, min(_PROBE_K, self.draft_max)))
-                if s_best > self._last_probe_speedup * 1.01 and s_best >= 1.0:
-                    # The evidence is improving and drafting is expected to pay, if not yet by
-                    # the margin: look again soon. Below break-even each probe of a pair whose
-                    # draft costs about a target step lost a token's time, and probes that all
-                    # were accepted came ever closer together.
-                    self._probe_every = gap
+                if s_best > self._last_probe_speedup * 1.01:
+                    self._probe_every = gap     # the evidence is improving: look again soon
                 else:
                     cap = max(_PROBE_MIN, min(_PROBE_BACKOFF_MAX, self._tokens))
                     self._probe_every = max(gap, min(self._probe_every * 2, cap))
