@@ -423,17 +423,20 @@ class AdaptivePolicy:
         if self.verify_cost(1) is None or self._sync.value is None:
             return
         base = self.verify_cost(1)
-        expected, hi, _ = self._bounds()
+        k_best, expected = self._best()
         self._reason = "starting from the costs measured last time"
         # A generation that ended paused resumes as a paused one does: on a probe predicting a
         # clear gain (its acceptance, weakened for a new prompt, brings that probe early), not
         # by drafting the rounds it takes to be sure it loses again: on a pair near break-even
         # (the demo pair where its draft costs a target step) those rounds came in every answer.
+        # Else it pauses when even the optimistic reading loses (never above the expected one:
+        # worked out only below break-even, three more curves at every answer's start).
         ended_paused = d.get("drafting") is False
-        if self.can_pause and (hi < 1.0 or (ended_paused and expected <= 1.0 + _RESUME_MARGIN)):
+        if self.can_pause and ((ended_paused and expected <= 1.0 + _RESUME_MARGIN)
+                               or (expected < 1.0 and self._bounds()[1] < 1.0)):
             self.drafting = False
             self.pauses = 1
-            self._k = self._best()[0]
+            self._k = k_best
             # A new prompt may repeat itself where the last one did not: a lookup that costs
             # next to nothing to try probes at its first match.
             self._probe_every = (0 if self._looking_is_cheap()
@@ -608,9 +611,16 @@ class AdaptivePolicy:
         return pr[0] / pr[1] * base[1] if pr and base else None
 
     def _best(self) -> tuple[int, float]:
+        """The K with the best predicted speed-up, and that speed-up (one curve read once:
+        this runs every drafting round)."""
         best_k, best = self._k, 0.0
+        curve = self._curve()
+        base = curve.get(0)
+        if not base:
+            return best_k, best
         for k in self._ladder:
-            s = self.speedup(k) or 0.0
+            pr = curve.get(k)
+            s = pr[0] / pr[1] * base[1] if pr else 0.0
             if s > best * (1 + 1e-9):
                 best_k, best = k, s
         return best_k, best
