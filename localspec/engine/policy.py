@@ -429,8 +429,8 @@ class AdaptivePolicy:
         # clear gain (its acceptance, weakened for a new prompt, brings that probe early), not
         # by drafting the rounds it takes to be sure it loses again: on a pair near break-even
         # (the demo pair where its draft costs a target step) those rounds came in every answer.
-        # Else it pauses when even the optimistic reading loses (never above the expected one:
-        # worked out only below break-even, three more curves at every answer's start).
+        # Else it pauses when even the optimistic reading loses. That reading is never below
+        # the expected one, so it is worked out (three more curves) only below break-even.
         ended_paused = d.get("drafting") is False
         if self.can_pause and ((ended_paused and expected <= 1.0 + _RESUME_MARGIN)
                                or (expected < 1.0 and self._bounds()[1] < 1.0)):
