@@ -31,10 +31,13 @@ PROMPT = "The quick brown fox"
 def serving(target, draft=None, *, drafter="model", n_ctx=512, model_id="tiny", **options):
     """A server on a free port in this process, in a thread; stopped (and its engine closed) after.
     Its engine starts from nothing learned (what other tests taught the store would decide
-    whether the adaptive policy drafts at first)."""
+    whether the adaptive policy drafts at first), and its draft reads prompts in line: read
+    alongside, on a busy machine a tiny 40-token answer could end before the draft had read
+    the prompt, so a request for a fixed draft length drafted nothing (reading alongside has
+    its own tests)."""
     kind = DrafterKind(drafter)
     engine = Engine(EngineConfig(target=str(target), draft=str(draft) if kind is DrafterKind.MODEL else None,
-                                 n_ctx=n_ctx, threads=1, remember=False))
+                                 n_ctx=n_ctx, threads=1, remember=False, read_alongside=False))
     try:
         server = Server(engine, RunSpec(drafter=kind), ServerOptions(port=0, model_id=model_id, log_level="warning",
                                                                       access_log=False, **options))
