@@ -70,6 +70,8 @@ _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
 _PAUSED_SAMPLE = 32      # while paused, one round in this many is measured (nothing to decide)
 _QUIET_ALWAYS = 1 << 30  # quiet rounds of a policy that never drafts
 _LEVEL_RATE = 0.2        # how fast the target's common cost level follows each round's cost
+_STEADY_GAIN = 0.10      # drafting predicted at least this much faster, K settled: ...
+_STEADY_ROUNDS = 3       # ... the next this many rounds only learn, and the one after decides
 SHORT_SYNC = 4          # a draft's first decode of at most this many tokens costs about one decode
 
 
@@ -335,6 +337,8 @@ class AdaptivePolicy:
         self._since_plain = 0                   # drafting rounds since the last plain step
         self._since_resume = 0                  # drafting rounds since drafting (re)started
         self._since_probe = 0
+        self._steady = 0                        # rounds left that learn without deciding
+        self._every: float | None = None        # drafting rounds between plain steps, as last worked out
         self._explored = False                  # this generation has tried its one other K
         self._probe_every = _PROBE_MIN
         self._last_probe_speedup = 0.0
@@ -737,6 +741,9 @@ class AdaptivePolicy:
             # (a lookup's misses measure the target's plain decode, not a plain round): one
             # plain round tells what drafting adds to the loop's own time.
             return False
+        if self._steady and self._every is not None:
+            return self._since_plain < self._every   # a steady round: as the last decision worked out
+        self._every = None
         curve = self._curve()
         best = curve.get(self._k)
         if not best:
@@ -747,12 +754,14 @@ class AdaptivePolicy:
             # Only the last generation's plain step, moved by the drift of the sizes measured
             # again (which need not move alike), and a gain too small to be sure of: one
             # plain step now costs next to nothing and may turn the decision.
+            self._every = 0.0
             return False
         if s.n == 0 and self._round < _REFRESH_MIN:
             return True   # a refresh the carried round count makes due waits for a few rounds
         budget = _REFRESH_FIRST if s.n < 3 and s.prior is None else _REFRESH_BUDGET
         every = lost / (budget * seconds) if seconds > 0 else _REFRESH_MIN
-        return self._since_plain < min(max(every, _REFRESH_MIN), _REFRESH_MAX)
+        self._every = min(max(every, _REFRESH_MIN), _REFRESH_MAX)
+        return self._since_plain < self._every
 
     def _count_round(self, r: Step, own: bool = True) -> None:
         """Every round: the tokens it emitted, what its target decode cost, and its time
@@ -846,13 +855,21 @@ class AdaptivePolicy:
             if self.drafting:
                 self._since_resume += 1
         note, self._note = self._note, None
+        if self._steady:
+            # Drafting at a settled K with a clear gain: this round only learns. Working out the
+            # predictions (~20 us of Python, several times that between two CPU decodes, which
+            # evict its data from the caches) every round changed nothing here; a turn for the
+            # worse is seen a few rounds later, well before the evidence could pause drafting.
+            self._steady -= 1
+            return note
         if self._sync.value is None or self.verify_cost(1) is None:
             return note   # nothing to decide yet
         was = self.drafting
         if was:
             k_best, s_best = self._best()
-            s_now = self.speedup(self._k) or 0.0
-            if k_best != self._k and s_best > s_now * (1 + _MOVE_MARGIN):
+            k_was = self._k
+            s_now = self.speedup(k_was) or 0.0
+            if k_best != k_was and s_best > s_now * (1 + _MOVE_MARGIN):
                 self._k = k_best
                 s_now = s_best
             self.predicted_speedup = s_now
@@ -870,6 +887,9 @@ class AdaptivePolicy:
             n = self._since_resume
             pause = pause or (n >= _MIN_AFTER_RESUME and
                               s_best < 1.0 - _EXPECTED_LOSS * max(1.0, math.sqrt(_EXPECTED_ROUNDS / n)))
+            if (not pause and k_best == k_was and s_now >= 1.0 + _STEADY_GAIN
+                    and n >= _MIN_AFTER_RESUME and self._explored):
+                self._steady = _STEADY_ROUNDS
         else:
             k_best, s_best = self._best()
             self.predicted_speedup = s_best
