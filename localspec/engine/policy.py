@@ -13,6 +13,8 @@ measures, and acts on that prediction with stated confidence:
   chance that the drafter goes on to the next position (p_min, or an n-gram lookup that
   finds nothing or a short match) is counted as well.
 * **Which K.** The K with the best expected rate; a new K moves only for a clear gain.
+  Settled at a K with a clear gain, three rounds in four only learn and the fourth decides
+  (between two CPU decodes the predictions cost ~100 us of Python a round).
 * **Whether to draft.** Drafting pauses only when even an optimistic reading of the evidence
   (acceptance at its upper credible bound and costs at the low end of their intervals, about
   95% one-sided) says it loses; so one bad round, or noise just after resuming, cannot pause
