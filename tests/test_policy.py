@@ -769,9 +769,9 @@ def test_a_paused_cheap_lookup_probes_what_it_finds_on_a_new_prompt():
 
 def test_a_clear_steady_gain_decides_one_round_in_four_and_still_sees_a_turn_for_the_worse(monkeypatch):
     """Drafting at a settled K with a clear gain, a round only learns and one in four decides
-    (the predictions cost several times their replayed ~20 us between two CPU decodes); when
-    the text turns hard the policy still shortens its drafts and pauses, at most a few rounds
-    after one that decides every round."""
+    (the predictions cost several times their replayed ~20 us between two CPU decodes), at the
+    same K as one that decides every round; when the text turns hard it still pauses, at most
+    a few rounds after that one."""
     import localspec.engine.policy as policy_module
 
     def hard_after(tokens):
