@@ -810,3 +810,35 @@ def test_a_clear_steady_gain_decides_one_round_in_four_and_still_sees_a_turn_for
     assert not p.drafting and not every.drafting
     a, b = first_pause(log), first_pause(every_log)
     assert a is not None and b is not None and b <= a <= b + 4, (a, b)
+
+
+def test_a_text_that_turns_hard_pauses_within_a_few_rounds():
+    """A long easy stretch (acceptance 0.9) leaves every draft position's acceptance high;
+    when the text turns hard (0.05) the drafts fail at their first token, so nothing refutes
+    the later positions, and decayed evidence alone kept drafting ~80 rounds at a loss. The
+    rounds' accepted tokens, far below what was predicted, show the change: the evidence is
+    thinned and fresh rounds pause drafting within a dozen or so."""
+    p = AdaptivePolicy(1, 8, p_min=0.0)
+    log = []
+    simulate(p, target_step=0.010, draft_step=0.002, accept=lambda t: 0.9 if t < 400 else 0.05,
+             per_token_verify=0.05, rounds=400, log=log)
+    tokens, drafted_after, lost = 0, 0, 0.0
+    for k, seconds, emitted, probe in log:
+        if tokens >= 400 and k and not probe:
+            drafted_after += 1
+            lost += seconds - 0.010 * emitted     # over what plain steps would have cost
+        tokens += emitted
+    assert p.shifts >= 1
+    assert not p.drafting
+    assert drafted_after <= 20, drafted_after
+    assert lost < 0.15, lost
+
+
+def test_steady_acceptance_is_not_taken_for_a_change():
+    """The change watch must not thin the evidence where acceptance does not change, at any
+    level and draft length the policy settles on."""
+    for accept in (0.3, 0.6, 0.8, 0.9, 0.97):
+        p = AdaptivePolicy(1, 8, p_min=0.0, can_pause=False)
+        simulate(p, target_step=0.010, draft_step=0.002, accept=accept, per_token_verify=0.05, rounds=1000)
+        assert p.shifts == 0, accept
+        assert p.estimates()["acceptance_shifts"] == 0

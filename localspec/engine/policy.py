@@ -11,7 +11,8 @@ measures, and acts on that prediction with stated confidence:
 * **Acceptance.** A Beta posterior on the chance that a drafted token is accepted (a prior
   plus the tokens judged, recent rounds weighing more), refined per draft position; the
   chance that the drafter goes on to the next position (p_min, or an n-gram lookup that
-  finds nothing or a short match) is counted as well.
+  finds nothing or a short match) is counted as well. Recent rounds whose accepted tokens
+  are far off their prediction mean the text changed: the older evidence is thinned.
 * **Which K.** The K with the best expected rate; a new K moves only for a clear gain.
   Settled at a K with a clear gain, three rounds in four only learn and the fourth decides
   (between two CPU decodes the predictions cost ~100 us of Python a round).
@@ -49,6 +50,8 @@ _PRIOR = (1.0, 1.0)      # Beta prior on acceptance (successes, failures)
 _POSITION_PRIOR = 2.0    # pseudo-counts pulling each position's acceptance to the pooled one
 _SEED_WEIGHT = 6.0       # acceptance evidence carried into a new generation (prompts differ)
 _RESUME_WEIGHT = 8.0     # acceptance evidence kept when drafting resumes (fresh rounds decide)
+_SHIFT_Z = 3.5           # accepted tokens this many standard deviations off their prediction ...
+_SHIFT_ROUNDS = 8        # ... over this many recent drafting rounds: the text changed
 _MIN_AFTER_RESUME = 4    # drafting rounds after a resume before acceptance alone may pause it
 _MOVE_MARGIN = 0.02      # a new K must be predicted this much faster to move there
 _EXPLORE_GAP = 0.05      # a K whose batch is not measured in this answer is tried once if predicted this close
@@ -340,6 +343,8 @@ class AdaptivePolicy:
         self._since_resume = 0                  # drafting rounds since drafting (re)started
         self._since_probe = 0
         self._steady = 0                        # rounds left that learn without deciding
+        self._shift: deque[tuple[float, float]] = deque(maxlen=_SHIFT_ROUNDS)  # (predicted - accepted, variance)
+        self.shifts = 0                         # times the text changed under a drafting policy
         self._every: float | None = None        # drafting rounds between plain steps, as last worked out
         self._explored = False                  # this generation has tried its one other K
         self._probe_every = _PROBE_MIN
@@ -918,14 +923,8 @@ class AdaptivePolicy:
         else:
             if not was:
                 self._k = k_best
-                self._since_resume = 0
                 self._last_probe_speedup = 0.0
-                n = self._succ + self._fail
-                if n > _RESUME_WEIGHT:   # keep what the probes said, but let fresh rounds decide
-                    f = _RESUME_WEIGHT / n
-                    self._succ, self._fail = self._succ * f, self._fail * f
-                    self._scale_positions(f)
-                    self._curves = {}
+                self._thin()             # keep what the probes said, but let fresh rounds decide
             self.drafting = True
             self._reason = None          # worded when asked for (most rounds nobody asks)
         if was != self.drafting:
@@ -964,9 +963,47 @@ class AdaptivePolicy:
                 arr[i] *= f
 
     def _learn_acceptance(self, r: Step) -> None:
+        if self.drafting and not r.probe and r.drafted:
+            self._watch(r.drafted, r.accepted)
         self._judge(r.k, r.drafted, r.accepted, _PROBE_DECAY if r.probe else _DECAY)
         if r.probe:
             self.probes += 1
+
+    def _thin(self) -> None:
+        """Keep ``_RESUME_WEIGHT`` tokens' worth of acceptance evidence, so that fresh rounds
+        decide (and a few of them: counted from here, as after a resume)."""
+        self._since_resume = 0
+        self._shift.clear()
+        n = self._succ + self._fail
+        if n > _RESUME_WEIGHT:
+            f = _RESUME_WEIGHT / n
+            self._succ, self._fail = self._succ * f, self._fail * f
+            self._scale_positions(f)
+            self._curves = {}
+
+    def _watch(self, drafted: int, accepted: int) -> None:
+        """Compare the tokens a drafting round got accepted with what the evidence predicted
+        for its draft (mean and variance, from each position's acceptance); when the recent
+        rounds are far off, the text changed (code gave way to prose, a quote ended) and the
+        evidence is thinned. Acceptance decays per round (~50), but a long easy stretch
+        leaves the positions beyond the first with nothing that refutes them once drafts
+        fail at the first: without this, drafting went on for ~100 rounds after acceptance
+        fell from 0.9 to 0.05."""
+        accepted_at, judged = self._accepted, self._judged
+        pool = _POSITION_PRIOR * self._succ / (self._succ + self._fail)
+        q, mean, moment = 1.0, 0.0, 0.0
+        for i in range(1, min(drafted, len(judged) - 1) + 1):
+            q *= (accepted_at[i] + pool) / (judged[i] + _POSITION_PRIOR)   # P(a >= i)
+            mean += q
+            moment += (2 * i - 1) * q                                       # E[a^2] = sum (2i-1) P(a >= i)
+        w = self._shift
+        w.append((mean - accepted, moment - mean * mean))
+        off = sum(x for x, _ in w)
+        var = sum(v for _, v in w)
+        if abs(off) >= 2.0 and off * off > _SHIFT_Z * _SHIFT_Z * max(var, 0.25):
+            self.shifts += 1
+            self._steady = 0
+            self._thin()
 
     def observe_unused(self, k: int, drafted: int, accepted: int) -> None:
         """A deterministic draft that was proposed but not verified (a chain gave the round to
@@ -1046,5 +1083,6 @@ class AdaptivePolicy:
             "acceptance_recent": self.acceptance(),
             "pauses": self.pauses,
             "probes": self.probes,
+            "acceptance_shifts": self.shifts,
             "probe_every_tokens": self._probe_every,
         }
