@@ -193,7 +193,7 @@ def test_a_chain_round_is_the_lookups_when_only_the_lookup_looked(tiny_draft):
     model = Model(tiny_draft)
     try:
         chain = ChainDrafter(NgramDrafter(), ModelDrafter(Context(model, n_ctx=256)))
-        plan = SimpleNamespace(k_lookup=0, k_model=0, model_drafting=False)
+        plan = SimpleNamespace(k_lookup=0, k_model=0, model_drafting=False, lookup_gate=lambda: None)
         chain.follow(plan)
         context = [5, 6, 7, 8, 9, 10, 11]
         rng = __import__("numpy").random.default_rng(0)
@@ -253,6 +253,7 @@ def test_a_lookup_match_the_model_drafts_instead_is_judged_by_what_the_target_em
     try:
         chain = ChainDrafter(NgramDrafter(), ModelDrafter(Context(model, n_ctx=256)))
         plan = SimpleNamespace(k_lookup=4, k_model=3, model_drafting=True, lookup_drafting=True, lookup_first=False,
+                               lookup_gate=lambda: None,
                                lookup_unused=lambda k, drafted, accepted: judged.append((k, drafted, accepted)))
         chain.follow(plan)
         rng = np.random.default_rng(0)

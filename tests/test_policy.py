@@ -842,3 +842,22 @@ def test_steady_acceptance_is_not_taken_for_a_change():
         simulate(p, target_step=0.010, draft_step=0.002, accept=accept, per_token_verify=0.05, rounds=1000)
         assert p.shifts == 0, accept
         assert p.estimates()["acceptance_shifts"] == 0
+
+
+def test_a_lookup_match_must_be_right_as_often_as_its_place_in_the_batch_costs():
+    """Prompt lookup's policy gates its matches by cost: where a batch of two costs ~1.5 plain
+    steps (a CPU) a match must be right about half the time; next to a GPU's nearly free
+    batch a few percent do. A draft model's policy has no such gate (its stop rule is
+    p_min), nor does a lookup's before its costs are known."""
+    for per_token, lo, hi in ((0.5, 0.5, 0.6), (0.02, 0.0, 0.06)):
+        p = AdaptivePolicy(1, 8, lookup=True)
+        assert p.gate() is None
+        simulate(p, target_step=0.010, draft_step=0.00001, accept=0.5, per_token_verify=per_token,
+                 rounds=60, lookup_hit=0.5)
+        floor = p.match_floor()
+        assert lo < floor < hi, floor
+        gate = p.gate()
+        assert gate(1, floor + 0.01) and not gate(1, floor - 0.01)
+    model = AdaptivePolicy(1, 8)
+    simulate(model, target_step=0.010, draft_step=0.002, accept=0.5, per_token_verify=0.5, rounds=60)
+    assert model.gate() is None

@@ -42,6 +42,8 @@ class Plan(Protocol):
 
     def lookup_unused(self, k: int, drafted: int, accepted: int) -> None: ...
 
+    def lookup_gate(self) -> Gate | None: ...
+
 
 class ChainDrafter:
     """Prompt lookup, then the draft model when the lookup proposes nothing."""
@@ -96,7 +98,7 @@ class ChainDrafter:
             # Paused lookups cost nothing: the index takes in what went by at the next lookup.
             d = Draft([], None, 0.0, 0)
         else:
-            d = self.lookup.draft(context, k_lookup, cfg, rng, gate)
+            d = self.lookup.draft(context, k_lookup, cfg, rng, gate if plan is None else plan.lookup_gate())
         if d.tokens and k_model > 0 and plan is not None and not plan.lookup_first:
             # The model's rounds pay more here: it drafts, and the lookup's proposal waits to
             # be judged by what the target emits. A model that only starts catching up

@@ -59,7 +59,7 @@ class ChainPolicy:
         drafters' states under the same keys; ``size_ratio``: the draft model's weights over
         the target's (see :class:`AdaptivePolicy`)."""
         learned = learned or {}
-        chain = cls(AdaptivePolicy(draft_min, draft_max, None, can_pause, learned=learned.get(LOOKUP)),
+        chain = cls(AdaptivePolicy(draft_min, draft_max, None, can_pause, learned=learned.get(LOOKUP), lookup=True),
                     AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(MODEL),
                                    size_ratio=size_ratio))
         catchup = learned.get(_CATCHUP)
@@ -131,6 +131,9 @@ class ChainPolicy:
 
     def gate(self):
         return self.model.gate()      # p_min is the draft model's stop rule
+
+    def lookup_gate(self):
+        return self.lookup.gate()     # which matches pay for their place in the batch
 
     def plain_step_seconds(self) -> float | None:
         return self.model.plain_step_seconds()   # every round's target cost reaches both policies

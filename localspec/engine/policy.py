@@ -77,6 +77,7 @@ _QUIET_ALWAYS = 1 << 30  # quiet rounds of a policy that never drafts
 _LEVEL_RATE = 0.2        # how fast the target's common cost level follows each round's cost
 _STEADY_GAIN = 0.10      # drafting predicted at least this much faster, K settled: ...
 _STEADY_ROUNDS = 3       # ... the next this many rounds only learn, and the one after decides
+_FLOOR_ROUNDS = 8        # rounds between two workings-out of a lookup's match floor (costs move slowly)
 SHORT_SYNC = 4          # a draft's first decode of at most this many tokens costs about one decode
 
 
@@ -286,7 +287,7 @@ class AdaptivePolicy:
 
     def __init__(self, draft_min: int = 1, draft_max: int = 8, p_min: float | None = None,
                  can_pause: bool = True, probe_budget: float = 0.02, learned: dict | None = None,
-                 size_ratio: float | None = None):
+                 size_ratio: float | None = None, lookup: bool = False):
         if draft_min < 1 or draft_max < 1:
             raise BadInput("draft lengths must be >= 1")
         if draft_min > draft_max:
@@ -296,6 +297,9 @@ class AdaptivePolicy:
         self.p_min = p_min or 0.0
         self.can_pause = can_pause
         self.probe_budget = probe_budget
+        self.lookup = lookup          # the drafter is prompt lookup: its matches are gated by cost
+        self._floor: float | None = None          # match_floor(), as last worked out ...
+        self._floor_at: int | None = None         # ... at this round (None: not yet)
         self.may_draft = True
         self.drafting = True
         self.probe = False
@@ -690,9 +694,36 @@ class AdaptivePolicy:
         return self._sync.value + extra <= _LOOK_SHARE * plain[1]
 
     def gate(self):
-        """The per-token stop rule of a draft: only with an explicit p_min."""
+        """The per-token stop rule of a draft: an explicit p_min; for prompt lookup, else, the
+        chance of being right a match needs to pay for its place in the batch
+        (:meth:`match_floor`)."""
         p_min = self.p_min
-        return (lambda i, top: top >= p_min) if p_min > 0 else None
+        if p_min > 0:
+            return lambda i, top: top >= p_min
+        if self.lookup:
+            if self._floor_at is None or self._round - self._floor_at >= _FLOOR_ROUNDS:
+                self._floor, self._floor_at = self.match_floor(), self._round
+            floor = self._floor
+            if floor is not None and floor > 0.0:
+                return lambda i, right: right >= floor
+        return None
+
+    def match_floor(self) -> float | None:
+        """The first-token acceptance at which proposing one token breaks even: what a batch
+        of two, the lookup and a drafting round's own time cost beyond a plain round, over a
+        plain round. A longer match pays at no lower a rate (each further token costs its
+        share of the batch too, and is accepted only if those before it were). About 0.05
+        next to a GPU's verify batch; about 0.5 on a CPU whose batches cost ~half a step per
+        token, where a 2-token match in code (right ~40% of the time) loses."""
+        table = self._verify_table(False, 2)
+        sync = self._sync.value
+        if table is None or sync is None:
+            return None
+        plain = self._overhead[False].value or 0.0
+        drafting = self._overhead[True].value
+        base = table[1] + plain
+        cost = table[2] + sync + self.round_extra + (plain if drafting is None else drafting)
+        return cost / base - 1.0 if base > 0 else None
 
     # -- decisions --------------------------------------------------------------------
     @property

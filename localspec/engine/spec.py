@@ -130,7 +130,7 @@ class RunSpec:
                                      size_ratio)
         ratio = size_ratio if self.drafter is DrafterKind.MODEL else None
         return AdaptivePolicy(self.draft_min, self.draft_max, self.p_min, can_pause=self.can_pause, learned=learned,
-                              size_ratio=ratio)
+                              size_ratio=ratio, lookup=self.drafter is DrafterKind.NGRAM)
 
     @classmethod
     def of(cls, **values) -> RunSpec:
