@@ -247,16 +247,16 @@ def test_a_paused_lookup_indexes_its_prompt_only_when_it_drafts():
 
 
 def test_a_lookup_learns_which_match_lengths_are_right_and_a_gate_skips_the_others():
-    """Each match is judged against what followed it, per match length; a gate that asks
-    for 50% skips a length that keeps being wrong, proposes one that is right, and goes on
-    judging the skipped one (its record stays current)."""
+    """Each match is judged against what followed it, per match length and position; a gate
+    that asks for a token expected right skips a length that keeps being wrong, proposes one
+    that is right, and goes on judging the skipped one (its record stays current)."""
     import numpy as np
 
     from localspec.engine.drafters import NgramDrafter
 
     rng = np.random.default_rng(0)
     d = NgramDrafter(n_max=3, n_min=2)
-    assert d.confidence(2) == d.confidence(3) == 0.5     # nothing judged: a uniform prior
+    assert d.expected(2, 1) == d.expected(3, 1) == 0.5      # nothing judged: one in two
     # "1 2" is followed by 9, then by 3, 4, 5...: each 2-token match proposes the last
     # follower, which the next one refutes.
     context = [1, 2, 9]
@@ -266,20 +266,24 @@ def test_a_lookup_learns_which_match_lengths_are_right_and_a_gate_skips_the_othe
         assert d.draft(context, 1, GREEDY, rng).tokens            # a 2-token match: "1 2"
         context += [tok]
     d.draft(context, 1, GREEDY, rng)                              # judges the last one
-    assert d.confidence(2) < 0.2 and d.confidence(3) == 0.5
-    half = lambda i, right: right >= 0.5                          # noqa: E731
-    judged = d._record[2][1]
+    assert d.expected(2, 1) < 0.2 and d.expected(3, 1) == 0.5
+    one = lambda n, expected: expected >= 0.7                     # noqa: E731
+    judged = d._judged[2][1]
     context += [1, 2]
-    assert d.draft(context, 1, GREEDY, rng, half).tokens == []    # skipped ...
+    assert d.draft(context, 1, GREEDY, rng, one).tokens == []     # skipped ...
     context += [11]
-    d.draft(context, 1, GREEDY, rng, half)
-    assert d._record[2][1] > judged                               # ... and judged all the same
-    # A 3-token match that keeps being right is proposed through the same gate.
-    for _ in range(3):
-        context += [20, 21, 22, 23]
-        d.draft(context, 1, GREEDY, rng, half)
-    assert d.confidence(3) > 0.5
-    assert d.draft(context + [20, 21, 22], 1, GREEDY, rng, half).tokens == [23]
-    # A new prompt drops a match still waiting to be judged.
+    d.draft(context, 1, GREEDY, rng, one)
+    assert d._judged[2][1] > judged                               # ... and judged all the same
+    # 3-token matches whose next two tokens keep being right: two expected right of two.
+    for _ in range(4):
+        context += [20, 21, 22, 23, 24]
+        d.draft(context, 2, GREEDY, rng, one)
+    assert d.expected(3, 2) > 1.4
+    assert d.draft(context + [20, 21, 22], 2, GREEDY, rng, one).tokens == [23, 24]
+    # A match is judged as far as it was right: one whose second token is wrong.
+    d.draft(context + [20, 21, 22, 23, 99], 2, GREEDY, rng, one)
+    assert d._right[3][2] < d._judged[3][2]
+    # A new prompt drops the matches still waiting to be judged.
+    d.draft(context + [20, 21, 22], 2, GREEDY, rng)
     d.prefill([5, 6])
-    assert d._pending is None
+    assert not d._pending

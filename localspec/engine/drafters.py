@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -485,18 +486,20 @@ class ModelDrafter:
 
 
 _MATCH_DECAY = 0.95     # per judged match: a match length's record follows the text (~20 matches)
+_MATCHES_HELD = 8       # matches waiting for the tokens that judge them
 
 
 class NgramDrafter(ReadsInline):
     """Prompt-lookup drafting: reuse what followed the last n-gram's latest earlier occurrence.
 
-    How often a match's first token turns out right depends on the match's length and on
-    the text: in code a 2-token match is right about 40% of the time, a 3-token one 60-90%
-    (SmolLM2's answers). Each match is judged against what the target emitted there, and
-    its length's record (decayed, so it follows the text) is the confidence a ``gate``
-    weighs: where a verify batch costs about as much as the tokens in it (a CPU), a match
-    right 40% of the time costs more than it brings, and is not proposed (it is still
-    judged, so the record stays current).
+    How many of a match's tokens turn out right depends on the match's length and on the
+    text: in code a 2-token match's first token is right about 40% of the time, a 3-token
+    one's 60-90% (SmolLM2's answers). Each match is judged against what the target emitted
+    there, and its length's record (per position, decayed so that it follows the text) gives
+    the tokens a new match is expected to get accepted, which a ``gate`` weighs, asked
+    ``gate(tokens proposed, tokens expected accepted)``: where a verify batch costs about as
+    much as the tokens in it (a CPU), a match that is mostly wrong costs more than it brings
+    and is not proposed. It is still judged, so the record stays current.
     """
 
     name = "ngram"
@@ -509,25 +512,43 @@ class NgramDrafter(ReadsInline):
         self._seen: list[int] = []
         self._index: dict[tuple[int, ...], int] = {}
         self._check = False    # the next draft compares the whole context (a prompt not indexed)
-        # Per match length: (first tokens right, matches judged), decayed.
-        self._record = {n: [0.0, 0.0] for n in range(n_min, n_max + 1)}
-        self._pending: tuple[int, int, int] | None = None   # (where, first token, match length)
+        # Per match length, per position i (from 1): matches judged there (their tokens before
+        # i all right), and those whose token i was right; decayed.
+        self._judged = {n: [0.0] for n in range(n_min, n_max + 1)}
+        self._right = {n: [0.0] for n in range(n_min, n_max + 1)}
+        self._pending: deque[tuple[int, list[int], int]] = deque()   # (where, tokens, match length)
 
-    def confidence(self, n: int) -> float:
-        """The chance that a match of ``n`` tokens proposes the right next token (a uniform
-        prior, then its record)."""
-        right, judged = self._record[n]
-        return (right + 1.0) / (judged + 2.0)
+    def expected(self, n: int, tokens: int) -> float:
+        """How many leading tokens of a ``tokens``-long match of ``n`` tokens are expected
+        right: each position's record, after a prior of one match in two."""
+        judged, right = self._judged[n], self._right[n]
+        p, total = 1.0, 0.0
+        for i in range(1, tokens + 1):
+            p *= ((right[i] + 0.5) / (judged[i] + 1.0)) if i < len(judged) else 0.5
+            total += p
+        return total
 
-    def _judge_pending(self, context: list[int]) -> None:
-        """The last match's first token against what the context now holds there."""
-        where, first, n = self._pending
-        if len(context) <= where:
-            return
-        self._pending = None
-        rec = self._record[n]
-        rec[0] = rec[0] * _MATCH_DECAY + (context[where] == first)
-        rec[1] = rec[1] * _MATCH_DECAY + 1.0
+    def _judge(self, context: list[int]) -> None:
+        """Judge each held match whose tokens the context now decides."""
+        for item in list(self._pending):
+            where, tokens, n = item
+            seen = context[where:where + len(tokens)]
+            right = _common_prefix(tokens, seen)
+            if right == len(seen) < len(tokens):
+                continue            # all right so far, the rest still to come
+            self._pending.remove(item)
+            judged, rights = self._judged[n], self._right[n]
+            reach = min(right + 1, len(tokens))
+            while len(judged) <= reach:
+                judged.append(0.0)
+                rights.append(0.0)
+            for i in range(1, len(judged)):
+                judged[i] *= _MATCH_DECAY
+                rights[i] *= _MATCH_DECAY
+            for i in range(1, reach + 1):
+                judged[i] += 1.0
+                if i <= right:
+                    rights[i] += 1.0
 
     def _rebuild(self, context: list[int], *, check: bool) -> bool:
         """Index the tokens of ``context`` not seen yet. ``check``: compare the whole
@@ -554,7 +575,7 @@ class NgramDrafter(ReadsInline):
         """Index the prompt's n-grams; ``now=False`` (lookups start paused): at the first
         draft instead, if one comes (~100 us for a few hundred tokens, next to a fast target
         step a few of its steps)."""
-        self._pending = None
+        self._pending.clear()
         if now:
             self._rebuild(tokens, check=True)
             self._check = False
@@ -566,11 +587,11 @@ class NgramDrafter(ReadsInline):
         same = self._rebuild(context, check=self._check)
         self._check = False
         seen = self._seen
-        if self._pending is not None:
+        if self._pending:
             if same:
-                self._judge_pending(context)
+                self._judge(context)
             else:
-                self._pending = None      # another text: its match says nothing here
+                self._pending.clear()      # another text: its matches say nothing here
         out: list[int] = []
         if k > 0:
             for n in range(self.n_max, self.n_min - 1, -1):
@@ -579,8 +600,10 @@ class NgramDrafter(ReadsInline):
                 s = self._index.get(tuple(seen[-n:]))
                 if s is not None:
                     out = seen[s + n:s + n + k]
-                    self._pending = (len(seen), out[0], n)
-                    if gate is not None and not gate(1, self.confidence(n)):
+                    if len(self._pending) == _MATCHES_HELD:
+                        self._pending.popleft()
+                    self._pending.append((len(seen), out, n))
+                    if gate is not None and not gate(len(out), self.expected(n, len(out))):
                         out = []
                     break
         seconds = time.perf_counter() - t0

@@ -298,7 +298,7 @@ class AdaptivePolicy:
         self.can_pause = can_pause
         self.probe_budget = probe_budget
         self.lookup = lookup          # the drafter is prompt lookup: its matches are gated by cost
-        self._floor: float | None = None          # match_floor(), as last worked out ...
+        self._floors: list[float] | None = None   # match_floors(), as last worked out ...
         self._floor_at: int | None = None         # ... at this round (None: not yet)
         self.may_draft = True
         self.drafting = True
@@ -695,35 +695,40 @@ class AdaptivePolicy:
 
     def gate(self):
         """The per-token stop rule of a draft: an explicit p_min; for prompt lookup, else, the
-        chance of being right a match needs to pay for its place in the batch
-        (:meth:`match_floor`)."""
+        tokens a match must be expected to get accepted to pay for its place in the batch
+        (:meth:`match_floors`): the lookup asks ``gate(tokens proposed, tokens expected
+        accepted)``."""
         p_min = self.p_min
         if p_min > 0:
             return lambda i, top: top >= p_min
         if self.lookup:
             if self._floor_at is None or self._round - self._floor_at >= _FLOOR_ROUNDS:
-                self._floor, self._floor_at = self.match_floor(), self._round
-            floor = self._floor
-            if floor is not None and floor > 0.0:
-                return lambda i, right: right >= floor
+                self._floors, self._floor_at = self.match_floors(), self._round
+            floors = self._floors
+            if floors is not None:
+                last = len(floors) - 1
+                return lambda n, expected: expected >= floors[min(n, last)]
         return None
 
-    def match_floor(self) -> float | None:
-        """The first-token acceptance at which proposing one token breaks even: what a batch
-        of two, the lookup and a drafting round's own time cost beyond a plain round, over a
-        plain round. A longer match pays at no lower a rate (each further token costs its
-        share of the batch too, and is accepted only if those before it were). About 0.05
-        next to a GPU's verify batch; about 0.5 on a CPU whose batches cost ~half a step per
-        token, where a 2-token match in code (right ~40% of the time) loses."""
-        table = self._verify_table(False, 2)
+    def match_floors(self) -> list[float] | None:
+        """``floors[n]``: the tokens an n-token match must be expected to get accepted to break
+        even: what its verify batch, the lookup and a drafting round's own time cost beyond a
+        plain round, in plain rounds. The verify batches are read at the low end of their
+        intervals: a match skipped measures no batch, so a floor set by a batch that noise
+        made look dear would stay. Next to a GPU's verify batch a few hundredths of a token;
+        on a CPU whose batch of two costs two steps, a whole token for a one-token match."""
+        top = self._ladder[-1]
+        table = self._verify_table(True, top + 1)
         sync = self._sync.value
         if table is None or sync is None:
             return None
         plain = self._overhead[False].value or 0.0
         drafting = self._overhead[True].value
         base = table[1] + plain
-        cost = table[2] + sync + self.round_extra + (plain if drafting is None else drafting)
-        return cost / base - 1.0 if base > 0 else None
+        if base <= 0:
+            return None
+        fixed = sync + self.round_extra + (plain if drafting is None else drafting)
+        return [0.0] + [(table[n + 1] + fixed) / base - 1.0 for n in range(1, top + 1)]
 
     # -- decisions --------------------------------------------------------------------
     @property
