@@ -247,9 +247,9 @@ def test_a_paused_lookup_indexes_its_prompt_only_when_it_drafts():
 
 
 def test_a_lookup_learns_which_match_lengths_are_right_and_a_gate_skips_the_others():
-    """Each match is judged against what followed it, per match length and position; a gate
-    that asks for a token expected right skips a length that keeps being wrong, proposes one
-    that is right, and goes on judging the skipped one (its record stays current)."""
+    """Each match is judged against what followed it, per match length class and position; a
+    gate that asks for a token expected right skips a length that keeps being wrong, proposes
+    one that is right, and goes on judging the skipped one (its record stays current)."""
     import numpy as np
 
     from localspec.engine.drafters import NgramDrafter
@@ -266,7 +266,7 @@ def test_a_lookup_learns_which_match_lengths_are_right_and_a_gate_skips_the_othe
         assert d.draft(context, 1, GREEDY, rng).tokens            # a 2-token match: "1 2"
         context += [tok]
     d.draft(context, 1, GREEDY, rng)                              # judges the last one
-    assert d.expected(2, 1) < 0.2 and d.expected(3, 1) == 0.5
+    assert d.expected(2, 1) < 0.2 and d.expected(3, 1) == d.expected(8, 1) == 0.5
     one = lambda n, expected: expected >= 0.7                     # noqa: E731
     judged = d._judged[2][1]
     context += [1, 2]
@@ -274,15 +274,23 @@ def test_a_lookup_learns_which_match_lengths_are_right_and_a_gate_skips_the_othe
     context += [11]
     d.draft(context, 1, GREEDY, rng, one)
     assert d._judged[2][1] > judged                               # ... and judged all the same
-    # 3-token matches whose next two tokens keep being right: two expected right of two.
-    for _ in range(4):
-        context += [20, 21, 22, 23, 24]
-        d.draft(context, 2, GREEDY, rng, one)
-    assert d.expected(3, 2) > 1.4
-    assert d.draft(context + [20, 21, 22], 2, GREEDY, rng, one).tokens == [23, 24]
+    # A match found at n_max tokens is measured back to its full length: a passage being
+    # copied (12 tokens match here) has a record of its own, which its right tokens raise.
+    passage = list(range(30, 50))
+    context += passage + [7] + passage[:12]
+    more = lambda n, expected: expected >= 1.2                    # noqa: E731
+    assert d.draft(context, 2, GREEDY, rng, more).tokens == []    # nothing known of long matches yet
+    assert d._pending[-1][2] == 8
+    for _ in range(3):
+        context = context[:-12] + passage[:12]   # the same copy, judged right each time
+        d.draft(context + passage[12:14], 2, GREEDY, rng)
+        d.draft(context, 2, GREEDY, rng)
+    assert d.expected(12, 2) > 1.4 and d.expected(2, 2) < 0.3
+    assert d.draft(context, 2, GREEDY, rng, more).tokens == passage[12:14]
     # A match is judged as far as it was right: one whose second token is wrong.
-    d.draft(context + [20, 21, 22, 23, 99], 2, GREEDY, rng, one)
-    assert d._right[3][2] < d._judged[3][2]
+    right = d._right[8][2]
+    d.draft(context + [passage[12], 99], 2, GREEDY, rng)
+    assert d._right[8][2] < right + 1.0 and d._judged[8][2] > d._right[8][2]
     # A new prompt drops the matches still waiting to be judged.
     d.draft(context + [20, 21, 22], 2, GREEDY, rng)
     d.prefill([5, 6])

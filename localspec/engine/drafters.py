@@ -487,6 +487,7 @@ class ModelDrafter:
 
 _MATCH_DECAY = 0.95     # per judged match: a match length's record follows the text (~20 matches)
 _MATCHES_HELD = 8       # matches waiting for the tokens that judge them
+_MATCH_CLASSES = (2, 3, 4, 8, 16)   # a match's record is its length's class (the largest at most it)
 
 
 class NgramDrafter(ReadsInline):
@@ -494,8 +495,10 @@ class NgramDrafter(ReadsInline):
 
     How many of a match's tokens turn out right depends on the match's length and on the
     text: in code a 2-token match's first token is right about 40% of the time, a 3-token
-    one's 60-90% (SmolLM2's answers). Each match is judged against what the target emitted
-    there, and its length's record (per position, decayed so that it follows the text) gives
+    one's 60-90%, and a match of 8 tokens or more, a passage being copied, is nearly always
+    right (SmolLM2's answers). A match found at ``n_max`` tokens is measured back to its
+    full length (up to 16). Each match is judged against what the target emitted there, and
+    its length class's record (per position, decayed so that it follows the text) gives
     the tokens a new match is expected to get accepted, which a ``gate`` weighs, asked
     ``gate(tokens proposed, tokens expected accepted)``: where a verify batch costs about as
     much as the tokens in it (a CPU), a match that is mostly wrong costs more than it brings
@@ -514,14 +517,20 @@ class NgramDrafter(ReadsInline):
         self._check = False    # the next draft compares the whole context (a prompt not indexed)
         # Per match length, per position i (from 1): matches judged there (their tokens before
         # i all right), and those whose token i was right; decayed.
-        self._judged = {n: [0.0] for n in range(n_min, n_max + 1)}
-        self._right = {n: [0.0] for n in range(n_min, n_max + 1)}
-        self._pending: deque[tuple[int, list[int], int]] = deque()   # (where, tokens, match length)
+        self._judged = {c: [0.0] for c in _MATCH_CLASSES}
+        self._right = {c: [0.0] for c in _MATCH_CLASSES}
+        self._pending: deque[tuple[int, list[int], int]] = deque()   # (where, tokens, length class)
 
-    def expected(self, n: int, tokens: int) -> float:
-        """How many leading tokens of a ``tokens``-long match of ``n`` tokens are expected
-        right: each position's record, after a prior of one match in two."""
-        judged, right = self._judged[n], self._right[n]
+    @staticmethod
+    def _class(length: int) -> int:
+        return max(c for c in _MATCH_CLASSES if c <= length)
+
+    def expected(self, length: int, tokens: int) -> float:
+        """How many leading tokens of a ``tokens``-long proposal from a match of ``length``
+        tokens are expected right: its length class's record at each position, after a
+        prior of one match in two."""
+        cls = self._class(length)
+        judged, right = self._judged[cls], self._right[cls]
         p, total = 1.0, 0.0
         for i in range(1, tokens + 1):
             p *= ((right[i] + 0.5) / (judged[i] + 1.0)) if i < len(judged) else 0.5
@@ -600,10 +609,17 @@ class NgramDrafter(ReadsInline):
                 s = self._index.get(tuple(seen[-n:]))
                 if s is not None:
                     out = seen[s + n:s + n + k]
+                    length = n
+                    if n == self.n_max:      # how far back the match goes
+                        tail = len(seen) - n
+                        while length < _MATCH_CLASSES[-1] and s > length - n and \
+                                seen[s - 1 - (length - n)] == seen[tail - 1 - (length - n)]:
+                            length += 1
+                    cls = self._class(length)
                     if len(self._pending) == _MATCHES_HELD:
                         self._pending.popleft()
-                    self._pending.append((len(seen), out, n))
-                    if gate is not None and not gate(len(out), self.expected(n, len(out))):
+                    self._pending.append((len(seen), out, cls))
+                    if gate is not None and not gate(len(out), self.expected(cls, len(out))):
                         out = []
                     break
         seconds = time.perf_counter() - t0
