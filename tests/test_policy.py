@@ -868,6 +868,14 @@ def test_a_lookup_match_must_be_expected_to_pay_for_its_place_in_the_batch():
     assert floors[1] >= 0.9 and floors[6] < 3.0 and floors[6] / 6 < floors[1] / 2, floors
     gate = p.gate()
     assert gate(6, 5.0) and not gate(6, 1.0) and not gate(1, 0.6)
+    # A floor rests only on costs measured: a batch larger than all of them costs what the
+    # largest does (a skipped match would never measure it), and with none beyond the plain
+    # step there is no gate at all.
+    p = AdaptivePolicy(1, 8, lookup=True, learned=dict(learned, verify={"1": 0.010, "2": 0.020}))
+    floors = p.match_floors()
+    assert floors[6] == floors[1] > 0.9, floors
+    p = AdaptivePolicy(1, 8, lookup=True, learned=dict(learned, verify={"1": 0.010}))
+    assert p.match_floors() is None and p.gate() is None
     model = AdaptivePolicy(1, 8)
     simulate(model, target_step=0.010, draft_step=0.002, accept=0.5, per_token_verify=0.5, rounds=60)
     assert model.gate() is None

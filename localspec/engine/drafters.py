@@ -488,6 +488,7 @@ class ModelDrafter:
 _MATCH_DECAY = 0.95     # per judged match: a match length's record follows the text (~20 matches)
 _MATCHES_HELD = 8       # matches waiting for the tokens that judge them
 _MATCH_CLASSES = (2, 3, 4, 8, 16)   # a match's record is its length's class (the largest at most it)
+_MATCH_CARRY = 3.0      # matches' worth of each class's record a new prompt starts from
 
 
 class NgramDrafter(ReadsInline):
@@ -537,6 +538,18 @@ class NgramDrafter(ReadsInline):
             total += p
         return total
 
+    def _carry(self) -> None:
+        """A new prompt: keep ``_MATCH_CARRY`` matches' worth of each record. Whether long
+        matches are copies depends on the text (a summary quotes its source, code repeats
+        lines that go on differently), and an answer has few matches to tell."""
+        for cls, judged in self._judged.items():
+            if len(judged) > 1 and judged[1] > _MATCH_CARRY:
+                f = _MATCH_CARRY / judged[1]
+                right = self._right[cls]
+                for i in range(1, len(judged)):
+                    judged[i] *= f
+                    right[i] *= f
+
     def _judge(self, context: list[int]) -> None:
         """Judge each held match whose tokens the context now decides."""
         for item in list(self._pending):
@@ -585,6 +598,7 @@ class NgramDrafter(ReadsInline):
         draft instead, if one comes (~100 us for a few hundred tokens, next to a fast target
         step a few of its steps)."""
         self._pending.clear()
+        self._carry()
         if now:
             self._rebuild(tokens, check=True)
             self._check = False

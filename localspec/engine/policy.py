@@ -713,22 +713,39 @@ class AdaptivePolicy:
     def match_floors(self) -> list[float] | None:
         """``floors[n]``: the tokens an n-token match must be expected to get accepted to break
         even: what its verify batch, the lookup and a drafting round's own time cost beyond a
-        plain round, in plain rounds. The verify batches are read at the low end of their
-        intervals: a match skipped measures no batch, so a floor set by a batch that noise
-        made look dear would stay. Next to a GPU's verify batch a few hundredths of a token;
-        on a CPU whose batch of two costs two steps, a whole token for a one-token match."""
-        top = self._ladder[-1]
-        table = self._verify_table(True, top + 1)
+        plain round, in plain rounds. Next to a GPU's verify batch a few hundredths of a
+        token; on a CPU whose batch of two costs two steps, a whole token for a one-token
+        match. A skipped match measures no batch, so a floor must not rest on a cost nobody
+        measured (extrapolated, or one sample, maybe a graph being built): only batch sizes
+        measured twice (or carried from the last generation) count, read at the low end of
+        their intervals, and a batch larger than all of them is taken to cost what the
+        largest does. None (no gate) until a batch beyond the plain step is known."""
+        values = self._verify_values()
+        low = self._low()
+        pts = sorted((b, v * (low if b > 1 else 1.0)) for b, v in values.items()
+                     if b == 1 or self._verify[b].n >= 2 or self._verify[b].prior is not None)
         sync = self._sync.value
-        if table is None or sync is None:
+        if len(pts) < 2 or pts[0][0] != 1 or sync is None:
             return None
         plain = self._overhead[False].value or 0.0
         drafting = self._overhead[True].value
-        base = table[1] + plain
+        base = pts[0][1] + plain
         if base <= 0:
             return None
         fixed = sync + self.round_extra + (plain if drafting is None else drafting)
-        return [0.0] + [(table[n + 1] + fixed) / base - 1.0 for n in range(1, top + 1)]
+        floors = [0.0]
+        j = 0
+        for n in range(1, self._ladder[-1] + 1):
+            size = n + 1
+            while j + 1 < len(pts) and pts[j + 1][0] <= size:
+                j += 1
+            if j + 1 < len(pts):
+                (lo, c_lo), (hi, c_hi) = pts[j], pts[j + 1]
+                cost = c_lo + (c_hi - c_lo) * (size - lo) / (hi - lo)
+            else:
+                cost = pts[j][1]
+            floors.append(max((cost + fixed) / base - 1.0, 0.0))
+        return floors
 
     # -- decisions --------------------------------------------------------------------
     @property
