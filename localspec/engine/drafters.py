@@ -516,7 +516,7 @@ class NgramDrafter(ReadsInline):
         self._seen: list[int] = []
         self._index: dict[tuple[int, ...], int] = {}
         self._check = False    # the next draft compares the whole context (a prompt not indexed)
-        # Per match length, per position i (from 1): matches judged there (their tokens before
+        # Per length class, per position i (from 1): matches judged there (their tokens before
         # i all right), and those whose token i was right; decayed.
         self._judged = {c: [0.0] for c in _MATCH_CLASSES}
         self._right = {c: [0.0] for c in _MATCH_CLASSES}
@@ -553,13 +553,13 @@ class NgramDrafter(ReadsInline):
     def _judge(self, context: list[int]) -> None:
         """Judge each held match whose tokens the context now decides."""
         for item in list(self._pending):
-            where, tokens, n = item
+            where, tokens, cls = item
             seen = context[where:where + len(tokens)]
             right = _common_prefix(tokens, seen)
             if right == len(seen) < len(tokens):
                 continue            # all right so far, the rest still to come
             self._pending.remove(item)
-            judged, rights = self._judged[n], self._right[n]
+            judged, rights = self._judged[cls], self._right[cls]
             reach = min(right + 1, len(tokens))
             while len(judged) <= reach:
                 judged.append(0.0)
@@ -630,9 +630,12 @@ class NgramDrafter(ReadsInline):
                                 seen[s - 1 - (length - n)] == seen[tail - 1 - (length - n)]:
                             length += 1
                     cls = self._class(length)
-                    if len(self._pending) == _MATCHES_HELD:
-                        self._pending.popleft()
-                    self._pending.append((len(seen), out, cls))
+                    held = self._pending
+                    if held and held[-1][0] == len(seen):
+                        held.pop()             # asked again at the same place: judged once
+                    elif len(held) == _MATCHES_HELD:
+                        held.popleft()
+                    held.append((len(seen), out, cls))
                     if gate is not None and not gate(len(out), self.expected(cls, len(out))):
                         out = []
                     break
