@@ -130,6 +130,15 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
+def _judged_prefix(tokens: list[int], context: list[int], start: int) -> int | None:
+    """How many leading ``tokens`` (proposed at ``start``) the context matches, once it
+    decides: a token that differs, or all of them there; None while all so far match and
+    the rest are still to come."""
+    seen = context[start:start + len(tokens)]
+    right = _common_prefix(tokens, seen)
+    return None if right == len(seen) < len(tokens) else right
+
+
 class NoDrafter(ReadsInline):
     name = "none"
     deterministic = True
@@ -554,10 +563,9 @@ class NgramDrafter(ReadsInline):
         """Judge each held match whose tokens the context now decides."""
         for item in list(self._pending):
             where, tokens, cls = item
-            seen = context[where:where + len(tokens)]
-            right = _common_prefix(tokens, seen)
-            if right == len(seen) < len(tokens):
-                continue            # all right so far, the rest still to come
+            right = _judged_prefix(tokens, context, where)
+            if right is None:
+                continue
             self._pending.remove(item)
             judged, rights = self._judged[cls], self._right[cls]
             reach = min(right + 1, len(tokens))

@@ -733,19 +733,12 @@ class AdaptivePolicy:
         if base <= 0:
             return None
         fixed = sync + self.round_extra + (plain if drafting is None else drafting)
-        floors = [0.0]
-        j = 0
-        for n in range(1, self._ladder[-1] + 1):
-            size = n + 1
-            while j + 1 < len(pts) and pts[j + 1][0] <= size:
-                j += 1
-            if j + 1 < len(pts):
-                (lo, c_lo), (hi, c_hi) = pts[j], pts[j + 1]
-                cost = c_lo + (c_hi - c_lo) * (size - lo) / (hi - lo)
-            else:
-                cost = pts[j][1]
-            floors.append(max((cost + fixed) / base - 1.0, 0.0))
-        return floors
+        top = self._ladder[-1] + 1
+        costs = _costs_by_size(pts, top)
+        largest, dearest = pts[-1]
+        for size in range(largest + 1, top + 1):
+            costs[size] = dearest          # no dearer than the largest batch measured
+        return [0.0] + [max((costs[n + 1] + fixed) / base - 1.0, 0.0) for n in range(1, top)]
 
     # -- decisions --------------------------------------------------------------------
     @property
