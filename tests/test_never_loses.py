@@ -235,6 +235,32 @@ def test_a_chain_whose_model_learned_nothing_starts_it_from_what_it_learned_alon
     memory.reset()
 
 
+def test_lookups_alone_and_in_a_chain_start_from_what_either_learned_last(cost_pairs):
+    """A chain's lookups are the lookups alone: one drafter (one record of which match lengths
+    the target accepts) and one learned state, so switching between them starts each from
+    what the other measured rather than from its own older state."""
+    from localspec.engine import DrafterKind, memory
+
+    memory.reset()
+    with make_engine(cost_pairs["small"], cost_pairs["big"], fixed_k=False, draft_max=8, p_min=None) as e:
+        assert e.drafter(DrafterKind.NGRAM) is e.drafter(DrafterKind.NGRAM_MODEL).lookup
+        toks = e.tokenize("The quick brown fox")
+        alone, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60, drafter="ngram")
+        assert not alone.policy["seeded"]
+        first = e.memory.get(DrafterKind.NGRAM.value)
+        assert first
+        chain, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60, drafter="ngram+model")
+        assert chain.policy["ngram"]["seeded"]
+        kept = e.memory.get(DrafterKind.NGRAM_MODEL.value)
+        assert kept is not None and "ngram" not in kept          # the lookups' part is theirs
+        after = e.memory.get(DrafterKind.NGRAM.value)
+        assert after and after != first                          # ... and the chain's lookups wrote it
+        again, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60, drafter="ngram")
+        assert again.policy["seeded"]
+        assert e.memory.get(DrafterKind.NGRAM.value) != after
+    memory.reset()
+
+
 def test_a_lookup_match_the_model_drafts_instead_is_judged_by_what_the_target_emits(tiny_draft):
     """A plan that gives the round to the draft model although the lookup found a match: the
     model drafts, and the lookup's proposal is judged once the target's tokens decide it

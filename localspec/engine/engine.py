@@ -117,6 +117,7 @@ class Engine:
                 self.target_model, config.mtp_file, n_ctx=config.n_ctx, threads=threads,
                 n_batch=config.n_batch, cache_type=CACHE_TYPES[config.cache_type], gpu_layers=gl)
             self._generators[DrafterKind.MTP] = Generator(self.target_ctx, MtpDrafter(self.target_ctx, self.mtp_ctx))
+        self._ngram: NgramDrafter | None = None
         self._lock = threading.Lock()
         # What each drafter's adaptive policy learned: seeds the next generation.
         self.memory = Memory(config.target, config.draft, self.target_model.info.backend, persist=config.remember)
@@ -147,12 +148,19 @@ class Engine:
                 raise BadInput("no MTP head is loaded: give --draft mtp (a target with MTP layers)")
             if kind is DrafterKind.NGRAM_MODEL:   # shares the model drafter (and its cache)
                 model = self._generators[DrafterKind.MODEL]
-                gen = Generator(self.target_ctx, ChainDrafter(NgramDrafter(), model.drafter),
+                gen = Generator(self.target_ctx, ChainDrafter(self._lookup(), model.drafter),
                                 read_alongside=model.read_alongside)
             else:
-                gen = Generator(self.target_ctx, NgramDrafter())
+                gen = Generator(self.target_ctx, self._lookup())
             self._generators[kind] = gen
         return gen
+
+    def _lookup(self) -> NgramDrafter:
+        """The one prompt lookup, alone or first in a chain: what it learned of which match
+        lengths the target accepts on this pair serves both."""
+        if self._ngram is None:
+            self._ngram = NgramDrafter()
+        return self._ngram
 
     def run(self, prompt_tokens: list[int], spec: RunSpec,
             cancel: threading.Event | None = None) -> Iterator[Event]:
@@ -160,7 +168,6 @@ class Engine:
         drafting policy's estimates and decisions."""
         spec.validate()
         gen = self._generator(spec.drafter)
-        kind = spec.drafter.value
         with self._lock:
             if self.mtp_ctx is not None:   # the head follows the target's decodes only while it drafts
                 self._generators[DrafterKind.MTP].drafter.attach(spec.drafter is DrafterKind.MTP)
@@ -173,19 +180,31 @@ class Engine:
             finally:
                 learned = policy.learned()
                 if learned:
-                    self.memory.put(kind, learned)
+                    self._keep(spec.drafter, learned)
+
+    def _keep(self, drafter: DrafterKind, learned: dict) -> None:
+        """Keep what a generation learned. A chain's lookups are the lookups alone (the same
+        costs, the same matches judged the same way): their part is kept as theirs, so the
+        next lookup, alone or chained, starts from the latest of either."""
+        if drafter is DrafterKind.NGRAM_MODEL:
+            learned = dict(learned)
+            lookups = learned.pop(LOOKUP, None)
+            if lookups:
+                self.memory.put(DrafterKind.NGRAM.value, lookups)
+        self.memory.put(drafter.value, learned)
 
     def _learned(self, spec: RunSpec) -> dict | None:
-        """What seeds this run's policy: the last state learned with this drafter; a chain
-        starts each of its drafters that learned nothing in it (a draft model whose prompt
-        read outlasted every answer, say) from what that drafter learned alone."""
+        """What seeds this run's policy: the last state learned with this drafter. A chain's
+        lookups start from what the lookups learned last, alone or chained (an older store's
+        chain entry, else); its draft model from what it learned in a chain, else alone (a
+        draft model whose prompt read outlasted every answer learned nothing in one)."""
         kind = spec.drafter.value
         learned = self.memory.get(kind)
         if spec.drafter is DrafterKind.NGRAM_MODEL:
             learned = dict(learned or {})
-            for part, alone in ((LOOKUP, DrafterKind.NGRAM), (MODEL, DrafterKind.MODEL)):
-                if not learned.get(part):
-                    learned[part] = self.memory.get(alone.value)
+            learned[LOOKUP] = self.memory.get(DrafterKind.NGRAM.value) or learned.get(LOOKUP)
+            if not learned.get(MODEL):
+                learned[MODEL] = self.memory.get(DrafterKind.MODEL.value)
             learned = learned if learned.get(LOOKUP) or learned.get(MODEL) else None
         return learned
 
