@@ -8,7 +8,7 @@ from localspec.errors import BadInput
 
 
 def simulate(policy, *, target_step, draft_step, accept, per_token_verify, rounds=200,
-             catchup_per_token=0.0, log=None, lookup_hit=None, overhead=None):
+             catchup_per_token=0.0, log=None, lookup_hit=None, overhead=None, batch_cost=None):
     """Feed the policy rounds whose costs and acceptance follow a simple model.
 
     ``accept`` and ``target_step`` are numbers or functions of the token count so far (the
@@ -16,7 +16,8 @@ def simulate(policy, *, target_step, draft_step, accept, per_token_verify, round
     (k, seconds, emitted, probe) per round. With ``lookup_hit`` the drafter is an n-gram
     lookup: one cheap step (``draft_step``) that finds a k-token match with that chance.
     The policy reads a simulated clock: a round takes its decodes' time plus ``overhead``,
-    (drafting, plain) seconds beyond them (none unless given).
+    (drafting, plain) seconds beyond them (none unless given). ``batch_cost(n)``: a verify
+    batch of n in plain steps (else ``1 + per_token_verify * (n - 1)``).
     """
     import random
 
@@ -46,7 +47,7 @@ def simulate(policy, *, target_step, draft_step, accept, per_token_verify, round
             sync_s = (draft_step + catchup_per_token * (sync_tokens - 1)) if drafted else 0.0
             draft_s = sync_s + draft_step * max(drafted - 1, 0)
         step_s = target_step(tokens) if callable(target_step) else target_step
-        verify_s = step_s * (1 + per_token_verify * drafted)
+        verify_s = step_s * (batch_cost(drafted + 1) if batch_cost else 1 + per_token_verify * drafted)
         now[0] += draft_s + verify_s + overhead[0 if k and steps else 1]
         policy.observe(Step(
             index=len(ks) - 1, k=k, drafted=drafted, accepted=a, emitted=a + 1, draft_seconds=draft_s,
@@ -252,6 +253,24 @@ def test_ngram_drafter_that_pays_keeps_drafting():
              rounds=300, log=log)
     assert p.pauses == 0 and p.drafting
     assert sum(k for k, *_ in log[-50:]) / 50 >= 4
+
+
+def test_a_lookup_that_finds_long_matches_now_and_then_pays_where_a_batch_of_two_costs_two_steps():
+    """On a CPU a batch of two costs about two plain steps and one of nine about three. A
+    lookup that finds a match in one round of ten, accepted 90% a token, pays there at
+    K=8 (1.51 tokens for 1.21 plain steps a round). Priced as the cost of the mean batch
+    (~2: two steps) it looked like a loss at every K, and the lookups paused."""
+    p = AdaptivePolicy(1, 8, lookup=True)
+    log = []
+
+    def cpu(n):
+        return 1.0 if n == 1 else 1.9 + 0.17 * (n - 2)
+
+    simulate(p, target_step=0.010, draft_step=0.00002, per_token_verify=0.0, accept=0.9, lookup_hit=0.1,
+             rounds=400, log=log, batch_cost=cpu)
+    assert p.pauses == 0 and p.drafting
+    assert p.k_now == 8 and p.predicted_speedup > 1.15
+    assert sum(k == 8 for k, *_ in log[-200:]) >= 180
 
 
 def test_pair_with_known_costs_starts_where_the_last_run_ended():

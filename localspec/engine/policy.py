@@ -592,22 +592,29 @@ class AdaptivePolicy:
         # Per position i: cont = P(the draft goes on to i | it drafted i - 1); the acceptance
         # P(i accepted | drafted, all before accepted) is the position's own counts pulled
         # towards the pooled posterior mean. Inlined: every round builds a few curves.
+        # The verify batch is priced as the mean of its cost over how many tokens get drafted,
+        # not as the cost of the mean batch: a lookup drafts nothing in most rounds and a long
+        # match in a few, and where a batch of two costs two plain steps but one of nine three
+        # (a CPU), the cost of the mean (a batch of ~2) made every K look like a loss.
         made, tried, accepted, judged = self._made, self._tried, self._accepted, self._judged
         pool = _POSITION_PRIOR * self._succ / (self._succ + self._fail)
         ladder = self._ladder_set
         tokens, drafted = 1.0, 0.0
         p_made, p_ok = 1.0, 1.0     # P(position i drafted), P(positions 1..i all accepted)
+        stopped = 0.0               # sum over j < i of P(exactly j drafted) * cost(batch j + 1)
+        p_first = None              # P(position 1 drafted): the sync decode is the first step
         for i in range(1, self._ladder[-1] + 1):
             cont = (made[i] + 1.0) / (tried[i] + 1.0)
+            stopped += p_made * (1.0 - cont) * table[i]
             p_made *= cont
+            if p_first is None:
+                p_first = p_made
             p_ok *= cont * ((accepted[i] + pool) / (judged[i] + _POSITION_PRIOR) if alpha is None else alpha)
             drafted += p_made
             tokens += p_ok
             if i in ladder:
-                x = 1.0 + drafted    # the expected verify batch, between two integer sizes
-                lo = int(x)
-                verify = table[lo] + (x - lo) * (table[lo + 1] - table[lo])
-                out[i] = (tokens, fixed + step * max(drafted - 1.0, 0.0) + verify)
+                verify = stopped + p_made * table[i + 1]
+                out[i] = (tokens, fixed + step * (drafted - p_first) + verify)
         return out
 
     def predict(self, k: int, alpha: float | None = None, optimistic: bool = False) -> tuple[float, float] | None:
