@@ -195,9 +195,10 @@ class Engine:
 
     def _learned(self, spec: RunSpec) -> dict | None:
         """What seeds this run's policy: the last state learned with this drafter. A chain's
-        lookups start from what the lookups learned last, alone or chained (an older store's
-        chain entry, else); its draft model from what it learned in a chain, else alone (a
-        draft model whose prompt read outlasted every answer learned nothing in one)."""
+        lookups start from what the lookups learned last, alone or chained (else from what an
+        older store kept in the chain's entry); its draft model from what it learned in a
+        chain, else alone (a draft model whose prompt read outlasted every answer learned
+        nothing in one)."""
         kind = spec.drafter.value
         learned = self.memory.get(kind)
         if spec.drafter is DrafterKind.NGRAM_MODEL:
