@@ -117,7 +117,9 @@ class Engine:
                 self.target_model, config.mtp_file, n_ctx=config.n_ctx, threads=threads,
                 n_batch=config.n_batch, cache_type=CACHE_TYPES[config.cache_type], gpu_layers=gl)
             self._generators[DrafterKind.MTP] = Generator(self.target_ctx, MtpDrafter(self.target_ctx, self.mtp_ctx))
-        self._ngram: NgramDrafter | None = None
+        # The one prompt lookup, alone or first in a chain: what it learned of which match
+        # lengths the target accepts on this pair serves both.
+        self._lookup = NgramDrafter()
         self._lock = threading.Lock()
         # What each drafter's adaptive policy learned: seeds the next generation.
         self.memory = Memory(config.target, config.draft, self.target_model.info.backend, persist=config.remember)
@@ -148,19 +150,12 @@ class Engine:
                 raise BadInput("no MTP head is loaded: give --draft mtp (a target with MTP layers)")
             if kind is DrafterKind.NGRAM_MODEL:   # shares the model drafter (and its cache)
                 model = self._generators[DrafterKind.MODEL]
-                gen = Generator(self.target_ctx, ChainDrafter(self._lookup(), model.drafter),
+                gen = Generator(self.target_ctx, ChainDrafter(self._lookup, model.drafter),
                                 read_alongside=model.read_alongside)
             else:
-                gen = Generator(self.target_ctx, self._lookup())
+                gen = Generator(self.target_ctx, self._lookup)
             self._generators[kind] = gen
         return gen
-
-    def _lookup(self) -> NgramDrafter:
-        """The one prompt lookup, alone or first in a chain: what it learned of which match
-        lengths the target accepts on this pair serves both."""
-        if self._ngram is None:
-            self._ngram = NgramDrafter()
-        return self._ngram
 
     def run(self, prompt_tokens: list[int], spec: RunSpec,
             cancel: threading.Event | None = None) -> Iterator[Event]:

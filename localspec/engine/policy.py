@@ -602,13 +602,11 @@ class AdaptivePolicy:
         tokens, drafted = 1.0, 0.0
         p_made, p_ok = 1.0, 1.0     # P(position i drafted), P(positions 1..i all accepted)
         stopped = 0.0               # sum over j < i of P(exactly j drafted) * cost(batch j + 1)
-        p_first = None              # P(position 1 drafted): the sync decode is the first step
+        p_first = (made[1] + 1.0) / (tried[1] + 1.0)   # P(position 1 drafted): the sync decode is the first step
         for i in range(1, self._ladder[-1] + 1):
             cont = (made[i] + 1.0) / (tried[i] + 1.0)
             stopped += p_made * (1.0 - cont) * table[i]
             p_made *= cont
-            if p_first is None:
-                p_first = p_made
             p_ok *= cont * ((accepted[i] + pool) / (judged[i] + _POSITION_PRIOR) if alpha is None else alpha)
             drafted += p_made
             tokens += p_ok
