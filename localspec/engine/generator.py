@@ -115,6 +115,9 @@ class Generator:
 
         quiet = 0                 # plain rounds to come that the policy need not see
         passed = passed_tokens = 0   # quiet rounds gone by, and their tokens, not yet reported
+        # The policy's drafting state, read when the policy is asked or told something: a
+        # quiet round changes nothing, and a chain's state asks both of its policies.
+        drafting = policy.drafting
         while out.reason is None:
             if cancel is not None and cancel.is_set():
                 out.reason = StopReason.CANCELLED
@@ -136,6 +139,7 @@ class Generator:
                     passed = passed_tokens = 0
                 want = policy.next_k()
                 probe = policy.probe
+                drafting = policy.drafting
                 if want and not drafter.ready:
                     want, probe = 0, False   # the draft still reads alongside: step alone
             k = max(0, min(want, room, remaining - 1))
@@ -201,7 +205,7 @@ class Generator:
             origins = [Origin.DRAFT] * a + [Origin.BONUS if (n and a == n) else Origin.TARGET]
             emitted = yield from out.emit(new, origins)
 
-            step = Step(step_index, k, n, a, emitted, d.seconds, t_verify, d.steps > 0 or policy.drafting,
+            step = Step(step_index, k, n, a, emitted, d.seconds, t_verify, d.steps > 0 or drafting,
                         draft_steps=d.steps, verify_batch=n + 1, probe=probe, sync_tokens=d.sync_tokens,
                         sync_seconds=d.sync_seconds, confidence=tuple(d.confidence or ()), source=d.source,
                         wait_seconds=d.waited)
@@ -213,9 +217,10 @@ class Generator:
                 passed_tokens += emitted
                 continue
             note = policy.observe(step)
+            drafting = policy.drafting
             if note:
                 stats.note(note)
-                yield PolicyNote(policy.drafting, policy.k_now, note)
+                yield PolicyNote(drafting, policy.k_now, note)
             quiet = policy.quiet_rounds()
         if passed:
             policy.passed(passed, passed_tokens)
