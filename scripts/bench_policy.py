@@ -99,12 +99,16 @@ def one(engine: Engine, tokens: list[int], spec: RunSpec) -> dict:
     done = None
     ks: list[int] = []
     rounds: list[tuple] = []
+    drafted_by: dict[str, int] = {}    # rounds that drafted something, by drafter (a chain's two)
     at = len(tokens)
     c0 = time.process_time()
     for ev in engine.run(tokens, spec):
         if isinstance(ev, Step):
             ks.append(ev.k)
             rounds.append(round_record(ev, spec.drafter.value, at))
+            if ev.drafted:
+                by = ev.source or spec.drafter.value
+                drafted_by[by] = drafted_by.get(by, 0) + 1
             at += ev.emitted
         elif isinstance(ev, PromptProcessed):
             c0 = time.process_time()   # the generation starts here, as its tok/s does
@@ -118,7 +122,7 @@ def one(engine: Engine, tokens: list[int], spec: RunSpec) -> dict:
             "tokens": s.n_generated, "acceptance": s.acceptance_rate,
             "tokens_per_step": s.tokens_per_step, "drafting_off": s.tokens_drafting_off, "pauses": s.pauses,
             "probes": s.probes, "k_max": s.k_max, "seeded": bool(done.policy.get("seeded")),
-            "ks": run_lengths(ks), "ids": done.token_ids,
+            "ks": run_lengths(ks), "drafted_by": drafted_by, "ids": done.token_ids,
             "wall": s.n_generated / s.tokens_per_second if s.tokens_per_second > 0 else 0.0,
             "rounds": rounds}   # for pricing (priced()); not kept in the JSON
 
@@ -193,6 +197,7 @@ def summary(rows: list[dict]) -> dict:
             "drafting_off": statistics.median(r["drafting_off"] for r in rows),
             "pauses": max(r["pauses"] for r in rows), "tokens": rows[0]["tokens"],
             "ks": [r["ks"] for r in rows],   # each run's draft lengths (run_lengths)
+            "drafted_by": [r["drafted_by"] for r in rows],
             "priced_tok_s": statistics.median(r["priced_tok_s"] for r in rows),
             "priced_runs": [r["priced_tok_s"] for r in rows]}
 
@@ -267,6 +272,8 @@ def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: N
                 cell["priced_chain_vs_better"] = (st["ngram+model"]["priced_tok_s"]
                                                   / _best_of(st, singles, "priced_tok_s")[1])
                 cell["priced_chain_vs_better_ci"] = interval(cell, "ngram+model", singles, key="priced_runs")
+                cell["priced_chain_vs_better_held_out"] = held_out(cell, "ngram+model", singles, key="priced_runs")
+                cell["chain_runs_one_drafter"] = one_drafter_runs(st["ngram+model"])
             cells.append(cell)
             save(entry)   # every finished cell survives an interruption
             log(f"{name} n={n} {p['id']}: " + ", ".join(f"{s} {v['tok_s']:.1f}" for s, v in st.items())
@@ -324,6 +331,19 @@ def interval(cell: dict, a: str, rivals: list[str], resamples: int = 2000,
     return ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
 
 
+def one_drafter_runs(chain: dict) -> dict[str, int]:
+    """Of a chain's runs, how many had every drafting round drafted by one of its drafters
+    (``ngram``: the lookups alone; ``model``: the draft model alone): such a run did what that
+    drafter alone does, plus the chain's bookkeeping, so against it the chain can only tie."""
+    out = {"ngram": 0, "model": 0}
+    for by in chain.get("drafted_by", []):
+        if by and len(by) == 1:
+            name = next(iter(by))
+            if name in out:
+                out[name] += 1
+    return out
+
+
 def chain_goal(category: str | None) -> float:
     """The chain's goal against the better single drafter: at least as fast where answers
     repeat their context (code, summaries), within 3% elsewhere."""
@@ -346,18 +366,21 @@ def _rivals(cell: dict) -> list[str]:
     return [s for s in cell["settings"] if s == "target" or s.startswith("K=")]
 
 
-def held_out(cell: dict, a: str = "default") -> float | None:
-    """a's tok/s over the best of the target alone and fixed K, with the best chosen on one
-    half of the repetitions and measured on the other (both ways, geometric mean). The plain
-    ratio picks the best as the largest of several noisy medians, which favours whichever
-    setting had the luckiest runs; this does not. None below two repetitions."""
+def held_out(cell: dict, a: str = "default", rivals: list[str] | None = None,
+             key: str = "runs") -> float | None:
+    """a's tok/s over the best of ``rivals`` (the target alone and fixed K unless given), with
+    the best chosen on one half of the repetitions and measured on the other (both ways,
+    geometric mean). The plain ratio picks the best as the largest of several noisy medians,
+    which favours whichever setting had the luckiest runs (where the rivals tie, a setting
+    that equals them reads below 1); this does not. None below two repetitions. ``key``: as
+    for :func:`interval`."""
     st = cell["settings"]
-    rivals = _rivals(cell)
-    n = len(st[a]["runs"])
+    rivals = rivals or _rivals(cell)
+    n = len(st[a][key])
     if n < 2:
         return None
     def med(name: str, half: range) -> float:
-        return statistics.median(st[name]["runs"][i] for i in half)
+        return statistics.median(st[name][key][i] for i in half)
 
     even, odd = range(0, n, 2), range(1, n, 2)
     ratios = [med(a, judge) / med(max(rivals, key=lambda r: med(r, pick)), judge)
@@ -376,11 +399,13 @@ def markdown(paths: list[str]) -> str:
             names = list(cells[0]["settings"])
             chain = "chain_vs_better" in cells[0]
             pricing = "priced_default_vs_best" in cells[0]
+            alone = "chain_runs_one_drafter" in cells[0]
             head = ["prompt", "n"] + names + ["default / best (range)", "95% interval", "paired", "held-out",
                                               "CPU-time: default / best"] + (
                 ["priced: default / best (interval)"] if pricing else []) + (
                 ["chain / better", "95% interval", "chain / model", "CPU-time: chain / better"] if chain else []) + (
-                ["priced: chain / better (interval)"] if chain and pricing else [])
+                ["priced: chain / better (interval)"] if chain and pricing else []) + (
+                ["priced held-out: chain / better", "chain runs drafted by one drafter alone"] if alone else [])
             lines += [f"\n{pair['pair']} ({Path(path).name}, {data['runs']} runs, threads {data['threads']}; "
                       f"cold default {pair['cold_default']['tok_s']:.1f} tok/s)\n",
                       "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -415,6 +440,12 @@ def markdown(paths: list[str]) -> str:
                     if pricing:
                         row.append(_priced_text(c["priced_chain_vs_better"], c["priced_chain_vs_better_ci"],
                                                 chain_goal(c.get("category"))))
+                    if alone:
+                        ho = c["priced_chain_vs_better_held_out"]
+                        row.append("-" if ho is None else f"{ho:.3f}")
+                        by = c["chain_runs_one_drafter"]
+                        n_runs = len(st["ngram+model"]["runs"])
+                        row.append(", ".join(f"{name} {k}/{n_runs}" for name, k in by.items() if k) or "-")
                 lines.append("| " + " | ".join(row) + " |")
             parted = [(c, d) for c in cells for d in c.get("differences", [])]
             if parted:
@@ -435,7 +466,9 @@ def markdown(paths: list[str]) -> str:
                          + (f"; priced: default / best {_geomean(c['priced_default_vs_best'] for c in cells):.3f}"
                             if all("priced_default_vs_best" in c for c in cells) else "")
                          + (f", chain / better {_geomean(c['priced_chain_vs_better'] for c in cells):.3f}"
-                            if all("priced_chain_vs_better" in c for c in cells) else ""))
+                            if all("priced_chain_vs_better" in c for c in cells) else "")
+                         + (", held-out " + f"{_geomean(c['priced_chain_vs_better_held_out'] for c in cells):.3f}"
+                            if all(c.get("priced_chain_vs_better_held_out") for c in cells) else ""))
     return "\n".join(lines).lstrip("\n")
 
 
@@ -526,8 +559,9 @@ def main(argv=None) -> int:
         "priced_misses": [{k: c[k] for k in ("pair", "prompt", "n", "priced_best", "priced_default_vs_best",
                                              "priced_default_vs_best_ci")}
                           for c in cells if c["priced_default_vs_best"] < GOAL],
-        "priced_chain_misses": [{k: c[k] for k in ("prompt", "n", "priced_chain_vs_better",
-                                                   "priced_chain_vs_better_ci")}
+        "priced_chain_misses": [{k: c[k] for k in ("pair", "prompt", "n", "priced_chain_vs_better",
+                                                   "priced_chain_vs_better_ci", "priced_chain_vs_better_held_out",
+                                                   "chain_runs_one_drafter")}
                                 for c in cells if "priced_chain_vs_better" in c
                                 and c["priced_chain_vs_better"] < chain_goal(c["category"])],
         "chain_meets": sum(c.get("chain_meets", False) for c in cells if "chain_meets" in c),

@@ -146,3 +146,23 @@ def test_pricing_takes_the_machines_moods_out_and_leaves_what_each_run_did():
     assert c < a                                         # priced, the plain step shows
     assert c == pytest.approx(plain["tokens"] / (0.001 + 4 * table[("v", 9, 0)] + 4 * table[("d", "model", 8, 0, 0)]
                                                   + 0.006))
+
+
+def test_the_chain_is_judged_against_the_better_drafter_chosen_on_other_runs():
+    """Where the lookups alone and the draft model alone tie, the larger of their two noisy
+    medians is lucky and a chain equal to both reads below it; chosen on one half of the
+    repetitions and measured on the other, the better one carries no luck."""
+    def runs(*xs):
+        return {"runs": [0.0] * len(xs), "priced_runs": list(xs)}
+    cell = {"settings": {"ngram": runs(101, 99, 101, 99), "default": runs(99, 101, 99, 101),
+                         "ngram+model": runs(100, 100, 100, 100), "target": runs(1, 1, 1, 1)}}
+    singles = ["ngram", "default"]
+    # the plain ratio of medians says 100 / 100; each half's best is the other half's worst
+    assert bench_policy.held_out(cell, "ngram+model", singles, key="priced_runs") == pytest.approx(100 / 99)
+    assert bench_policy.held_out(cell, "ngram+model", ["target"], key="priced_runs") == pytest.approx(100.0)
+
+
+def test_a_chain_run_drafted_by_one_drafter_alone_is_counted_as_that_drafter():
+    chain = {"drafted_by": [{"ngram": 12}, {"ngram": 3, "model": 1}, {"model": 15}, {}, {"ngram": 1}]}
+    assert bench_policy.one_drafter_runs(chain) == {"ngram": 2, "model": 1}
+    assert bench_policy.one_drafter_runs({}) == {"ngram": 0, "model": 0}    # a file from before the count
