@@ -88,7 +88,7 @@ class ChainDrafter:
               budget: float | None = None) -> Draft:
         plan = self._plan
         k_lookup, k_model = (k, k) if plan is None else (min(k, plan.k_lookup), min(k, plan.k_model))
-        if not self.model.ready and (budget is None or self.model.busy_beyond(budget)):
+        if k_model > 0 and not self.model.ready and (budget is None or self.model.busy_beyond(budget)):
             # Reading alongside for longer than a plain step, or for how long nobody knows (a
             # prompt's read; no plain step measured yet): a lookup miss is a plain step.
             k_model = 0

@@ -48,7 +48,7 @@ class ChainPolicy:
         self.k_model = 0
         self._first: bool | None = True   # this round's lookup_first, worked out when asked
         self.routed = 0            # lookup matches the model drafted instead (counted as judged)
-        self._probes = {LOOKUP: False, MODEL: False}
+        self._probe_lookup = self._probe_model = False   # this round's probe, per drafter
         self.probe = False
         self._catchup: float | None = None   # recent mean catch-up seconds of a model round
 
@@ -102,8 +102,8 @@ class ChainPolicy:
             # this round: it would not be one. They draft as usual; the target's plain step
             # reaches them whenever a round is one (every round's target cost is shared).
             self.k_lookup = self.lookup.k_now
-        self._probes = {LOOKUP: self.lookup.probe, MODEL: self.model.probe}
-        self.probe = self.lookup.probe or self.model.probe
+        self._probe_lookup, self._probe_model = self.lookup.probe, self.model.probe
+        self.probe = self._probe_lookup or self._probe_model
         self._first = None
         return max(self.k_lookup, self.k_model)
 
@@ -141,20 +141,23 @@ class ChainPolicy:
     def observe(self, step: Step) -> str | None:
         """The drafter that drafted this round learns from all of it; the other one only
         the target's costs (and, paused, the tokens that went by towards its next probe)."""
-        if step.source == MODEL and step.draft_steps:
+        source = step.source
+        if source == MODEL and step.draft_steps:
             self._learn_catchup(step)
-        notes = []
-        for name, pol in self._policies():
-            if step.source != name:
-                note = pol.observe_other(step)
-            else:
-                k = self.k_lookup if name == LOOKUP else self.k_model
-                probe = self._probes[name]
-                note = pol.observe(step if step.k <= k and step.probe == probe
-                                   else replace(step, k=min(step.k, k), probe=probe))
-            if note:
-                notes.append(f"{_LABEL[name]}: {note}")
-        return "; ".join(notes) or None
+        lookup = self._tell(LOOKUP, self.lookup, step, source == LOOKUP, self.k_lookup, self._probe_lookup)
+        model = self._tell(MODEL, self.model, step, source == MODEL, self.k_model, self._probe_model)
+        return f"{lookup}; {model}" if lookup and model else lookup or model
+
+    @staticmethod
+    def _tell(name: str, pol: AdaptivePolicy, step: Step, own: bool, k: int, probe: bool) -> str | None:
+        """One policy's part of :meth:`observe` (every round: no loop, nothing built that
+        most rounds do not need), its note labelled."""
+        if not own:
+            note = pol.observe_other(step)
+        else:
+            note = pol.observe(step if step.k <= k and step.probe == probe
+                               else replace(step, k=min(step.k, k), probe=probe))
+        return f"{_LABEL[name]}: {note}" if note else None
 
     def quiet_rounds(self) -> int:
         return min(self.lookup.quiet_rounds(), self.model.quiet_rounds())
