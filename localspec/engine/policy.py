@@ -801,8 +801,10 @@ class AdaptivePolicy:
             # (a lookup's misses measure the target's plain decode, not a plain round): one
             # plain round tells what drafting adds to the loop's own time.
             return False
-        if self._steady and self._every is not None:
-            return self._since_plain < self._every   # a steady round: as the last decision worked out
+        if (self._steady or self._misses) and self._every is not None:
+            # A round after one that only learned (a steady gain, a lookup's miss): as the
+            # last decision worked out.
+            return self._since_plain < self._every
         self._every = None
         curve = self._curve()
         best = curve.get(self._k)
