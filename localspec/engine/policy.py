@@ -78,7 +78,6 @@ _LEVEL_RATE = 0.2        # how fast the target's common cost level follows each 
 _STEADY_GAIN = 0.10      # drafting predicted at least this much faster, K settled: ...
 _STEADY_ROUNDS = 3       # ... the next this many rounds only learn, and the one after decides
 _FLOOR_ROUNDS = 8        # rounds between two workings-out of a lookup's match floor (costs move slowly)
-_MISS_ROUNDS = 8         # a lookup's rounds that found nothing, in a row, that only learn
 SHORT_SYNC = 4          # a draft's first decode of at most this many tokens costs about one decode
 
 
@@ -348,7 +347,6 @@ class AdaptivePolicy:
         self._since_resume = 0                  # drafting rounds since drafting (re)started
         self._since_probe = 0
         self._steady = 0                        # rounds left that learn without deciding
-        self._misses = 0                        # a drafting lookup's misses since its last decision
         self._shift: deque[tuple[float, float]] = deque(maxlen=_SHIFT_ROUNDS)  # (predicted - accepted, variance)
         self.shifts = 0                         # times the text changed under a drafting policy
         self._every: float | None = None        # drafting rounds between plain steps, as last worked out
@@ -801,10 +799,8 @@ class AdaptivePolicy:
             # (a lookup's misses measure the target's plain decode, not a plain round): one
             # plain round tells what drafting adds to the loop's own time.
             return False
-        if (self._steady or self._misses) and self._every is not None:
-            # A round after one that only learned (a steady gain, a lookup's miss): as the
-            # last decision worked out.
-            return self._since_plain < self._every
+        if self._steady and self._every is not None:
+            return self._since_plain < self._every   # a steady round: as the last decision worked out
         self._every = None
         curve = self._curve()
         best = curve.get(self._k)
@@ -924,15 +920,6 @@ class AdaptivePolicy:
             # worse is seen a few rounds later, well before the evidence could pause drafting.
             self._steady -= 1
             return note
-        if self.lookup and self.drafting and not r.drafted and r.k > 0 and self._misses < _MISS_ROUNDS:
-            # A lookup that found nothing proposed nothing: its round was a plain step and the
-            # lookup's microseconds, what pausing it would leave. Deciding (a curve or four, ~100
-            # us of Python after a CPU decode has evicted their data from the caches: 1% of a
-            # 10 ms step, in most rounds of a text that repeats little) waits for a match, or for
-            # the misses in a row to say something of their own.
-            self._misses += 1
-            return note
-        self._misses = 0
         if self._sync.value is None or self.verify_cost(1) is None:
             return note   # nothing to decide yet
         was = self.drafting
