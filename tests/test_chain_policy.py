@@ -250,3 +250,42 @@ def test_lookups_asking_for_a_plain_step_draft_while_the_model_drafts_every_roun
     chain = ChainPolicy.build(1, 8, None, True, learned=learned)
     sources = simulate_chain(chain, **common)
     assert sources[5:100].count(LOOKUP) > 0.3 * 95
+
+
+def test_a_paused_draft_model_is_asked_nothing_between_its_measured_rounds():
+    """Lookups that pay and a draft model as dear as the target: the model pauses, and from
+    then on the chain asks it nothing in the rounds it would not measure (as the generator
+    does for a whole policy: ~1 round in 32 and its probes), and only counts them towards its
+    next probe. The rounds and the model's state are those of a chain that tells it every round."""
+    def run(quiet: bool):
+        p = ChainPolicy.build(1, 8, None, True)
+        if not quiet:
+            p.model.quiet_rounds = lambda: 0
+        asked = []
+        next_k = p.model.next_k
+        p.model.next_k = lambda: asked.append(p.model._round) or next_k()
+        sources = simulate_chain(p, target_step=0.020, model_step=0.018, model_accept=0.6, lookup_hit=0.4,
+                                 lookup_accept=0.9, rounds=600)
+        m = p.model
+        return sources, asked, (m.drafting, m.pauses, m.probes, m._round, m._tokens, m._since_probe, m._probe_every)
+
+    sources, asked, state = run(quiet=True)
+    every_sources, every_asked, every_state = run(quiet=False)
+    assert not state[0] and state[1] >= 1                    # paused
+    assert sources == every_sources and state == every_state
+    late = [r for r in asked if r >= 200]
+    assert len(late) < 0.1 * 400 and len([r for r in every_asked if r >= 200]) == 400
+
+
+def test_a_draft_model_that_starts_paused_says_so_in_the_first_round():
+    first = ChainPolicy.build(1, 8, None, True)
+    simulate_chain(first, target_step=0.020, model_step=0.018, model_accept=0.6, lookup_hit=0.4,
+                   lookup_accept=0.9, rounds=300)
+    assert not first.model.drafting
+    p = ChainPolicy.build(1, 8, None, True, learned=first.learned())
+    assert not p.model.drafting and p.model.quiet_rounds() > 0
+    p.next_k()
+    note = p.observe(Step(index=0, k=p.k_lookup, drafted=0, accepted=0, emitted=1, draft_seconds=0.00005,
+                          verify_seconds=0.020, drafting=p.drafting, draft_steps=1 if p.k_lookup else 0,
+                          verify_batch=1, source=LOOKUP if p.k_lookup else ""))
+    assert note and "draft model: from the last run" in note and "paused" in note

@@ -49,6 +49,8 @@ class ChainPolicy:
         self._first: bool | None = True   # this round's lookup_first, worked out when asked
         self.routed = 0            # lookup matches the model drafted instead (counted as judged)
         self._probe_lookup = self._probe_model = False   # this round's probe, per drafter
+        self._model_asked = True   # this round's next_k asked the draft model (see next_k)
+        self._started = False      # a first round asks both (a seeded pause is said at once)
         self.probe = False
         self._catchup: float | None = None   # recent mean catch-up seconds of a model round
 
@@ -96,13 +98,22 @@ class ChainPolicy:
 
     def next_k(self) -> int:
         self.k_lookup = self.lookup.next_k()
-        self.k_model = self.model.next_k()
+        # A paused draft model between its measured rounds and its probes has nothing to
+        # decide: as the generator does for a whole policy (quiet_rounds), the chain asks it
+        # nothing in such a round and only counts the round towards its next probe.
+        self._model_asked = not (self._started and self.model.quiet_rounds())
+        self._started = True
+        if self._model_asked:
+            self.k_model = self.model.next_k()
+            probe_model = self.model.probe
+        else:
+            self.k_model, probe_model = 0, False
         if not self.k_lookup and self.lookup.drafting and self.k_model:
             # The lookups ask for a plain step (to measure the target's), but the model drafts
             # this round: it would not be one. They draft as usual; the target's plain step
             # reaches them whenever a round is one (every round's target cost is shared).
             self.k_lookup = self.lookup.k_now
-        self._probe_lookup, self._probe_model = self.lookup.probe, self.model.probe
+        self._probe_lookup, self._probe_model = self.lookup.probe, probe_model
         self.probe = self._probe_lookup or self._probe_model
         self._first = None
         return max(self.k_lookup, self.k_model)
@@ -119,7 +130,7 @@ class ChainPolicy:
         return self._first
 
     def _lookups_pay_more(self) -> bool:
-        if not (self.k_lookup and self.k_model) or self.lookup.probe or self.model.probe:
+        if not (self.k_lookup and self.k_model) or self._probe_lookup or self._probe_model:
             return True
         lookup, model = self.lookup.rate(self.k_lookup), self.model.rate(self.k_model)
         return lookup is None or model is None or model <= lookup * (1.0 + _ROUTE_MARGIN)
@@ -145,7 +156,11 @@ class ChainPolicy:
         if source == MODEL and step.draft_steps:
             self._learn_catchup(step)
         lookup = self._tell(LOOKUP, self.lookup, step, source == LOOKUP, self.k_lookup, self._probe_lookup)
-        model = self._tell(MODEL, self.model, step, source == MODEL, self.k_model, self._probe_model)
+        if self._model_asked:
+            model = self._tell(MODEL, self.model, step, source == MODEL, self.k_model, self._probe_model)
+        else:
+            self.model.passed(1, step.emitted)   # what observe_other does with such a round
+            model = None
         return f"{lookup}; {model}" if lookup and model else lookup or model
 
     @staticmethod
