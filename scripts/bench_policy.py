@@ -467,7 +467,7 @@ def markdown(paths: list[str]) -> str:
                             if all("priced_default_vs_best" in c for c in cells) else "")
                          + (f", chain / better {_geomean(c['priced_chain_vs_better'] for c in cells):.3f}"
                             if all("priced_chain_vs_better" in c for c in cells) else "")
-                         + (", held-out " + f"{_geomean(c['priced_chain_vs_better_held_out'] for c in cells):.3f}"
+                         + (f", held-out {_geomean(c['priced_chain_vs_better_held_out'] for c in cells):.3f}"
                             if all(c.get("priced_chain_vs_better_held_out") for c in cells) else ""))
     return "\n".join(lines).lstrip("\n")
 
