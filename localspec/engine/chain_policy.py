@@ -165,8 +165,7 @@ class ChainPolicy:
 
     @staticmethod
     def _tell(name: str, pol: AdaptivePolicy, step: Step, own: bool, k: int, probe: bool) -> str | None:
-        """One policy's part of :meth:`observe` (every round: no loop, nothing built that
-        most rounds do not need), its note labelled."""
+        """One policy's part of :meth:`observe`: its own round or another's; its note labelled."""
         if not own:
             note = pol.observe_other(step)
         else:

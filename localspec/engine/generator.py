@@ -115,8 +115,8 @@ class Generator:
 
         quiet = 0                 # plain rounds to come that the policy need not see
         passed = passed_tokens = 0   # quiet rounds gone by, and their tokens, not yet reported
-        # The policy's drafting state, read when the policy is asked or told something: a
-        # quiet round changes nothing, and a chain's state asks both of its policies.
+        # The policy's drafting state, read again only after it observes a round (the one
+        # place it changes): a chain's asks both of its policies.
         drafting = policy.drafting
         while out.reason is None:
             if cancel is not None and cancel.is_set():
@@ -139,7 +139,6 @@ class Generator:
                     passed = passed_tokens = 0
                 want = policy.next_k()
                 probe = policy.probe
-                drafting = policy.drafting
                 if want and not drafter.ready:
                     want, probe = 0, False   # the draft still reads alongside: step alone
             k = max(0, min(want, room, remaining - 1))
