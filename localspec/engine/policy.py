@@ -70,6 +70,10 @@ _PROBE_MIN = 8
 _PROBE_BACKOFF_MAX = 128  # failed probes double the gap up to this (or the tokens so far)
 _PROBE_MAX = 4096
 _CATCHUP_WINDOW = 32     # tokens a drafter is assumed to re-read for a probe after a long pause
+# Acceptances at which a probe's worth is read: (standard deviations from the mean, weight),
+# a normal density on a grid of half a standard deviation, highest first.
+_PROBE_NODES = tuple((z / 2, math.exp(-z * z / 8) / sum(math.exp(-j * j / 8) for j in range(-6, 7)))
+                     for z in range(6, -7, -1))
 _LOOK_SHARE = 0.02       # a lookup costing less than this share of a plain round: its probes wait for a match
 _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
 _PAUSED_SAMPLE = 32      # while paused, one round in this many is measured (nothing to decide)
@@ -665,12 +669,13 @@ class AdaptivePolicy:
 
     def _probe_interval(self, k: int) -> int:
         """Tokens between probes so that probing costs at most ``probe_budget`` of the time;
-        early in a generation, at most the tokens so far when a plausible acceptance (its
-        upper credible bound) could make drafting pay: then finding out soon is worth more
-        than the budget. Lookups the target kept rejecting (an upper bound of a few percent)
-        are not probed early on the chance that every token would be accepted: on a CPU
-        whose verify batches cost as much as the tokens in them, each such probe cost two or
-        three plain steps."""
+        early in a generation sooner, when what a probe may find (:meth:`_probe_value`) over
+        the tokens so far repays its cost: then finding out soon is worth more than the
+        budget. Lookups the target kept rejecting are not probed early on the chance that
+        every token would be accepted (on a CPU whose verify batches cost as much as the
+        tokens in them, each such probe cost two or three plain steps), nor is a draft model
+        that would pay only if nearly every token were (the demo pair's: such probes came at
+        the eighth token of every answer, a catch-up and a losing round each)."""
         base = self._curve().get(0)   # a plain round: one token
         pr = self.predict(k)
         if not base or not pr or base[1] <= 0:
@@ -679,10 +684,31 @@ class AdaptivePolicy:
         catch = self._catchup if self._catchup is not None else 0.5 * (self._sync.value or 0.0)
         extra = catch * _CATCHUP_WINDOW + pr[1] - pr[0] * c1
         tokens = extra / (self.probe_budget * c1) if extra > 0 else _PROBE_MIN
-        plausible = beta_bounds(self._succ, self._fail)[2]
-        if (self.speedup(k, alpha=plausible) or 0.0) > 1.0:
-            tokens = min(tokens, max(_PROBE_MIN, self._tokens))
+        value = self._probe_value(k)
+        if value > 0.0:
+            # Early: as soon as the tokens so far (a stand-in for those still to come) at the
+            # saving a probe may reveal repay what the probe costs beyond plain steps.
+            early = extra / (value * c1) if extra > 0 else 0.0
+            tokens = min(tokens, max(_PROBE_MIN, self._tokens, early))
         return int(min(max(tokens, _PROBE_MIN), _PROBE_MAX))
+
+    def _probe_value(self, k: int) -> float:
+        """What finding out is worth: the share of a plain step per token that drafting at
+        ``k`` saves where it pays, averaged over the posterior on acceptance (its normal
+        approximation; nothing where drafting loses, which a probe would leave paused). A
+        drafter that pays only at acceptances the evidence makes unlikely (a draft costing
+        nearly a target step, which would need every token accepted) is worth little; one
+        whose loss rests on a round or two is worth much."""
+        n = self._succ + self._fail
+        mean = self._succ / n
+        sd = math.sqrt(self._succ * self._fail / (n * n * (n + 1.0)))
+        total = 0.0
+        for z, w in _PROBE_NODES:          # from the top: the saving only falls with acceptance
+            s = self.speedup(k, alpha=min(max(mean + z * sd, 0.0), 1.0)) or 0.0
+            if s <= 1.0:
+                break
+            total += w * (1.0 - 1.0 / s)
+        return total
 
     def _looking_is_cheap(self) -> bool:
         """Whether this is a lookup (one step, whatever K) that costs, with its round's extra
