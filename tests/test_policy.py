@@ -593,6 +593,36 @@ def test_a_pair_near_break_even_that_ended_paused_does_not_draft_its_way_back_ea
     assert sum(drafted_rounds[1:]) <= 8, drafted_rounds
 
 
+def test_a_draft_that_pays_only_if_every_token_were_accepted_is_not_probed_early():
+    """The demo pair on a 2-core CPU: a draft step costs ~0.7 of a target step and a batch of
+    two ~1.8 steps, so drafting gains only if nearly every token is accepted (it is 86%).
+    The upper credible bound of an answer's weakened acceptance is ~1.0, at which drafting
+    would gain a few percent, and the first probe used to come at the eighth token of every
+    answer (a catch-up and a losing round each; in a chain, on the first lookup miss).
+    What a probe may find, averaged over the acceptance evidence, is worth too little to
+    probe soon: answers of 128 tokens, each seeded by the last, probe at the budget's pace.
+    A short hard stretch of a draft that pays is still probed soon
+    (test_short_hard_start_is_probed_soon)."""
+    cpu = {1: 1.0, 2: 1.8, 3: 1.91, 4: 2.05, 5: 2.21, 6: 2.3, 7: 2.7, 8: 2.85, 9: 2.91}
+    learned, probes_at = None, []
+    for answer in range(6):
+        p = AdaptivePolicy(1, 8, learned=learned)
+        log = []
+        simulate(p, target_step=0.010, draft_step=0.0068, accept=0.86, per_token_verify=0.0, rounds=128,
+                 log=log, batch_cost=lambda n: cpu[min(n, 9)])
+        learned = p.learned()
+        tokens = 0
+        for _k, _, emitted, probe in log:
+            if probe:
+                probes_at.append((answer, tokens))
+            tokens += emitted
+        if answer == 0:
+            assert p.pauses >= 1 and not p.drafting
+    later = [at for answer, at in probes_at if answer > 0]
+    assert not later or min(later) >= 100, probes_at
+    assert len(later) <= 2, probes_at
+
+
 def test_a_draft_no_smaller_than_the_target_starts_paused():
     """Nothing measured yet, but the draft's weights are twice the target's (same device): it
     cannot decode faster, so the first generation starts paused and only probes; a small
