@@ -20,9 +20,10 @@ measures, and acts on that prediction with stated confidence:
   (acceptance at its upper credible bound and costs at the low end of their intervals, about
   95% one-sided) says it loses; so one bad round, or noise just after resuming, cannot pause
   it. A pair near break-even also pauses once a dozen fresh rounds expect a 3% loss (a
-  clearer loss after fewer, four at least). While paused, short probes test drafting again:
-  soon early in a generation, then at gaps that keep probing under ``probe_budget`` of the
-  time. A probe whose evidence predicts a clear gain resumes drafting, and the evidence is
+  clearer loss after fewer, four at least). While paused, short probes test drafting again,
+  at gaps that keep probing under ``probe_budget`` of the time, and sooner early in a
+  generation when what a probe may find (the saving where drafting pays, averaged over the
+  acceptance posterior) over the tokens so far repays its cost. A probe whose evidence predicts a clear gain resumes drafting, and the evidence is
   then thinned so that fresh rounds decide.
 
 What a generation learned (:meth:`AdaptivePolicy.learned`) seeds the next one (``learned=``):
