@@ -23,8 +23,9 @@ measures, and acts on that prediction with stated confidence:
   clearer loss after fewer, four at least). While paused, short probes test drafting again,
   at gaps that keep probing under ``probe_budget`` of the time, and sooner early in a
   generation when what a probe may find (the saving where drafting pays, averaged over the
-  acceptance posterior) over the tokens so far repays its cost. A probe whose evidence predicts a clear gain resumes drafting, and the evidence is
-  then thinned so that fresh rounds decide.
+  acceptance posterior) over the tokens so far repays its cost. A probe whose evidence
+  predicts a clear gain resumes drafting, and the evidence is then thinned so that fresh
+  rounds decide.
 
 What a generation learned (:meth:`AdaptivePolicy.learned`) seeds the next one (``learned=``):
 the Engine keeps it per drafter and :mod:`localspec.engine.memory` keeps it on disk, so a new
@@ -670,13 +671,12 @@ class AdaptivePolicy:
 
     def _probe_interval(self, k: int) -> int:
         """Tokens between probes so that probing costs at most ``probe_budget`` of the time;
-        early in a generation sooner, when what a probe may find (:meth:`_probe_value`) over
+        sooner early in a generation, once what a probe may find (:meth:`_probe_value`) over
         the tokens so far repays its cost: then finding out soon is worth more than the
-        budget. Lookups the target kept rejecting are not probed early on the chance that
-        every token would be accepted (on a CPU whose verify batches cost as much as the
-        tokens in them, each such probe cost two or three plain steps), nor is a draft model
-        that would pay only if nearly every token were (the demo pair's: such probes came at
-        the eighth token of every answer, a catch-up and a losing round each)."""
+        budget. Neither lookups the target kept rejecting nor a draft model that would pay
+        only if nearly every token were accepted (a draft step costing most of a target
+        step) are probed early on that chance: on a CPU each such probe costs a catch-up and
+        a losing round, two or three plain steps."""
         base = self._curve().get(0)   # a plain round: one token
         pr = self.predict(k)
         if not base or not pr or base[1] <= 0:
