@@ -78,7 +78,7 @@ _PROBE_NODES = tuple((z / 2, math.exp(-z * z / 8) / sum(math.exp(-j * j / 8) for
                      for z in range(6, -7, -1))
 _LOOK_SHARE = 0.02       # a lookup costing less than this share of a plain round: its probes wait for a match
 _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
-_PAUSED_SAMPLE = 128     # while paused, one round in this many is measured (nothing to decide)
+_PAUSED_SAMPLE = 32      # while paused, one round in this many is measured (nothing to decide)
 _QUIET_ALWAYS = 1 << 30  # quiet rounds of a policy that never drafts
 _LEVEL_RATE = 0.2        # how fast the target's common cost level follows each round's cost
 _STEADY_GAIN = 0.10      # drafting predicted at least this much faster, K settled: ...
