@@ -240,12 +240,16 @@ class _Samples:
         return math.sqrt(var / len(xs)) / m if m > 0 else 0.0
 
 
+def beta_mean_sd(succ: float, fail: float) -> tuple[float, float]:
+    """Mean and standard deviation of a Beta(succ, fail) posterior."""
+    n = succ + fail
+    return succ / n, math.sqrt(succ * fail / (n * n * (n + 1.0)))
+
+
 def beta_bounds(succ: float, fail: float, z: float = _Z) -> tuple[float, float, float]:
     """(mean, lower, upper) of a Beta(succ, fail) posterior, the bounds z sd away (normal
     approximation, clipped to [0, 1])."""
-    n = succ + fail
-    mean = succ / n
-    sd = math.sqrt(succ * fail / (n * n * (n + 1.0)))
+    mean, sd = beta_mean_sd(succ, fail)
     return mean, max(mean - z * sd, 0.0), min(mean + z * sd, 1.0)
 
 
@@ -685,12 +689,13 @@ class AdaptivePolicy:
         catch = self._catchup if self._catchup is not None else 0.5 * (self._sync.value or 0.0)
         extra = catch * _CATCHUP_WINDOW + pr[1] - pr[0] * c1
         tokens = extra / (self.probe_budget * c1) if extra > 0 else _PROBE_MIN
-        value = self._probe_value(k)
+        soonest = max(_PROBE_MIN, self._tokens)
+        value = self._probe_value(k) if tokens > soonest else 0.0   # (else nothing is sooner)
         if value > 0.0:
             # Early: as soon as the tokens so far (a stand-in for those still to come) at the
             # saving a probe may reveal repay what the probe costs beyond plain steps.
             early = extra / (value * c1) if extra > 0 else 0.0
-            tokens = min(tokens, max(_PROBE_MIN, self._tokens, early))
+            tokens = min(tokens, max(soonest, early))
         return int(min(max(tokens, _PROBE_MIN), _PROBE_MAX))
 
     def _probe_value(self, k: int) -> float:
@@ -700,9 +705,7 @@ class AdaptivePolicy:
         drafter that pays only at acceptances the evidence makes unlikely (a draft costing
         nearly a target step, which would need every token accepted) is worth little; one
         whose loss rests on a round or two is worth much."""
-        n = self._succ + self._fail
-        mean = self._succ / n
-        sd = math.sqrt(self._succ * self._fail / (n * n * (n + 1.0)))
+        mean, sd = beta_mean_sd(self._succ, self._fail)
         total = 0.0
         for z, w in _PROBE_NODES:          # from the top: the saving only falls with acceptance
             s = self.speedup(k, alpha=min(max(mean + z * sd, 0.0), 1.0)) or 0.0
