@@ -83,6 +83,8 @@ _QUIET_ALWAYS = 1 << 30  # quiet rounds of a policy that never drafts
 _LEVEL_RATE = 0.2        # how fast the target's common cost level follows each round's cost
 _STEADY_GAIN = 0.10      # drafting predicted at least this much faster, K settled: ...
 _STEADY_ROUNDS = 3       # ... the next this many rounds only learn, and the one after decides
+_MISS_ROUNDS = 8         # a drafting lookup decides at a match, or after this many misses
+_DECIDE_RATE = 0.1       # how fast the mean cost of deciding follows each round's
 _FLOOR_ROUNDS = 8        # rounds between two workings-out of a lookup's match floor (costs move slowly)
 SHORT_SYNC = 4          # a draft's first decode of at most this many tokens costs about one decode
 
@@ -357,6 +359,10 @@ class AdaptivePolicy:
         self._since_resume = 0                  # drafting rounds since drafting (re)started
         self._since_probe = 0
         self._steady = 0                        # rounds left that learn without deciding
+        self._misses = 0                        # a drafting lookup's misses since its last decision
+        self._lazy = False                      # the last round only learned (a lookup's miss)
+        self._decided = 0.0                     # seconds the last decision took (timed apart)
+        self._decide_cost: float | None = None  # mean seconds a drafting round spends deciding
         self._shift: deque[tuple[float, float]] = deque(maxlen=_SHIFT_ROUNDS)  # (predicted - accepted, variance)
         self.shifts = 0                         # times the text changed under a drafting policy
         self._every: float | None = None        # drafting rounds between plain steps, as last worked out
@@ -405,6 +411,7 @@ class AdaptivePolicy:
             "speedup": self.predicted_speedup,
             "noise": self._noise(),
             "overhead": [self._overhead[True].value, self._overhead[False].value],
+            "deciding": self._decide_cost,
             # Per draft position: rounds that got there, drafted it, had it judged, accepted it
             # (a lookup that found nothing is known by these, not by its acceptance).
             "positions": [list(self._tried), list(self._made), list(self._judged), list(self._accepted)],
@@ -436,6 +443,9 @@ class AdaptivePolicy:
             for key, v in zip((True, False), overhead):
                 if isinstance(v, (int, float)) and 0.0 <= v < 1.0:
                     self._overhead[key].prior = float(v)
+        deciding = d.get("deciding")
+        if isinstance(deciding, (int, float)) and 0.0 <= deciding < 1.0:
+            self._decide_cost = float(deciding)
         scale = min(1.0, _SEED_WEIGHT / max(succ + fail, 1e-9))
         self._succ, self._fail = max(succ * scale, 0.05), max(fail * scale, 0.05)
         self._seed_positions(d.get("positions"))
@@ -574,6 +584,11 @@ class AdaptivePolicy:
             return low           # carried from the last generation
         return min(low, max(1.0 - _Z * s.rel_se, 0.5))
 
+    def _drafting_overhead(self) -> float | None:
+        """A drafting round's time beyond its decodes: its own, and its share of deciding."""
+        v = self._overhead[True].value
+        return None if v is None else v + (self._decide_cost or 0.0)
+
     def _curve(self, alpha: float | None = None, optimistic: bool = False) -> dict[int, tuple[float, float]]:
         """(expected tokens, expected seconds) of a round for every K on the ladder, in one pass
         over the draft positions; ``alpha`` replaces the measured acceptance at every position,
@@ -587,7 +602,7 @@ class AdaptivePolicy:
         sync = self._sync.value
         if table is None or sync is None:
             return out
-        drafting = self._overhead[True].value
+        drafting = self._drafting_overhead()
         plain = self._overhead[False].value
         if plain is None:
             # No plain round measured yet (one is asked for at once, but a chain's model may
@@ -725,7 +740,7 @@ class AdaptivePolicy:
         plain = self._curve().get(0)
         if not plain:
             return False
-        extra = max((self._overhead[True].value or 0.0) - (self._overhead[False].value or 0.0), 0.0)
+        extra = max((self._drafting_overhead() or 0.0) - (self._overhead[False].value or 0.0), 0.0)
         return self._sync.value + extra <= _LOOK_SHARE * plain[1]
 
     def gate(self):
@@ -763,7 +778,7 @@ class AdaptivePolicy:
         if len(pts) < 2 or pts[0][0] != 1 or sync is None:
             return None
         plain = self._overhead[False].value or 0.0
-        drafting = self._overhead[True].value
+        drafting = self._drafting_overhead()
         base = pts[0][1] + plain
         if base <= 0:
             return None
@@ -829,8 +844,8 @@ class AdaptivePolicy:
             # (a lookup's misses measure the target's plain decode, not a plain round): one
             # plain round tells what drafting adds to the loop's own time.
             return False
-        if self._steady and self._every is not None:
-            return self._since_plain < self._every   # a steady round: as the last decision worked out
+        if (self._steady or self._lazy) and self._every is not None:
+            return self._since_plain < self._every   # no decision last round: as the last one worked out
         self._every = None
         curve = self._curve()
         best = curve.get(self._k)
@@ -856,12 +871,14 @@ class AdaptivePolicy:
         outside the decodes (``own``: this policy's drafter drafted it, if anyone did)."""
         now = self._clock()
         if self._t_last is not None:
-            rest = max(now - self._t_last - r.draft_seconds - r.verify_seconds, 0.0)
+            # (the last decision is timed apart: _learn_decide)
+            rest = max(now - self._t_last - r.draft_seconds - r.verify_seconds - self._decided, 0.0)
             if r.k == 0:
                 self._overhead[False].add(rest)
             elif own and r.draft_steps > 0:
                 self._overhead[True].add(rest)
         self._t_last = now
+        self._decided = 0.0
         self._round += 1
         self._tokens += r.emitted
         samples = self._verify.get(r.verify_batch)
@@ -949,9 +966,40 @@ class AdaptivePolicy:
             # evict its data from the caches) every round changed nothing here; a turn for the
             # worse is seen a few rounds later, well before the evidence could pause drafting.
             self._steady -= 1
+            self._learn_decide(0.0)
             return note
+        if self.lookup and self.drafting and r.drafted == 0 and not r.probe and r.k > 0:
+            # A drafting lookup that found nothing (most of its rounds, where the answer does
+            # not repeat its context) brings a plain step's cost and one more miss: decisions
+            # wait for a match, or for _MISS_ROUNDS misses, which the decision after them reads
+            # all together. Deciding at every miss cost a near break-even lookup more
+            # (~90 us a round between CPU decodes) than its matches gained.
+            self._misses += 1
+            if self._misses < _MISS_ROUNDS:
+                self._lazy = True
+                self._learn_decide(0.0)
+                return note
+        self._misses = 0
+        self._lazy = False
         if self._sync.value is None or self.verify_cost(1) is None:
             return note   # nothing to decide yet
+        t0 = self._clock()
+        out = self._decide(r, note)
+        self._decided = self._clock() - t0
+        self._learn_decide(self._decided)
+        return out
+
+    def _learn_decide(self, seconds: float) -> None:
+        """What deciding costs a drafting round, on average over the rounds that decide and
+        those that only learn. It is timed apart from the round's other time beyond its
+        decodes (a plain round's decision is not what a plain round costs the target alone,
+        and a decision taken every few rounds is not a spike to trim away): a drafting round
+        costs its own time plus this, a plain round its own time."""
+        self._decide_cost = _ema(self._decide_cost, seconds, _DECIDE_RATE)
+
+    def _decide(self, r: Step, note: str | None) -> str | None:
+        """The decision after a round: K, and whether to pause or resume; a sentence when
+        drafting turns on or off (else ``note``)."""
         was = self.drafting
         if was:
             k_best, s_best = self._best()
@@ -1157,8 +1205,9 @@ class AdaptivePolicy:
             "draft_cost_ratio": (cd / c1) if (c1 and cd) else None,
             "catchup_seconds_per_token": self._catchup,
             "verify_seconds_by_batch": {str(b): v for b, v in sorted(self._verify_values().items())},
-            "round_seconds_beyond_decodes": {"drafting": self._overhead[True].value,
-                                             "plain": self._overhead[False].value},
+            "round_seconds_beyond_decodes": {"drafting": self._drafting_overhead(),
+                                             "plain": self._overhead[False].value,
+                                             "deciding": self._decide_cost},
             "acceptance": mean,
             "acceptance_interval": [lo, up],
             "acceptance_recent": self.acceptance(),
