@@ -8,7 +8,8 @@ from localspec.errors import BadInput
 
 
 def simulate(policy, *, target_step, draft_step, accept, per_token_verify, rounds=200,
-             catchup_per_token=0.0, log=None, lookup_hit=None, overhead=None, batch_cost=None):
+             catchup_per_token=0.0, log=None, lookup_hit=None, overhead=None, batch_cost=None,
+             decide_cost=0.0):
     """Feed the policy rounds whose costs and acceptance follow a simple model.
 
     ``accept`` and ``target_step`` are numbers or functions of the token count so far (the
@@ -17,7 +18,9 @@ def simulate(policy, *, target_step, draft_step, accept, per_token_verify, round
     lookup: one cheap step (``draft_step``) that finds a k-token match with that chance.
     The policy reads a simulated clock: a round takes its decodes' time plus ``overhead``,
     (drafting, plain) seconds beyond them (none unless given). ``batch_cost(n)``: a verify
-    batch of n in plain steps (else ``1 + per_token_verify * (n - 1)``).
+    batch of n in plain steps (else ``1 + per_token_verify * (n - 1)``). ``decide_cost``:
+    seconds each of the policy's decisions takes on the clock (its Python between two CPU
+    decodes, which have evicted it from the caches).
     """
     import random
 
@@ -25,6 +28,14 @@ def simulate(policy, *, target_step, draft_step, accept, per_token_verify, round
     now = [0.0]
     overhead = overhead or (0.0, 0.0)
     policy._clock = lambda: now[0]
+    if decide_cost:
+        decide = policy._decide
+
+        def deciding(r, note):
+            now[0] += decide_cost
+            return decide(r, note)
+
+        policy._decide = deciding
     ks = []
     tokens = 0
     behind = 0   # tokens the draft has not seen (it only reads while drafting)
@@ -789,6 +800,56 @@ def test_lookup_misses_do_not_stand_in_for_a_plain_round():
     assert plain == pytest.approx(0.0005)
     seeded = AdaptivePolicy(1, 8, learned=p.learned())
     assert seeded.estimates()["round_seconds_beyond_decodes"]["plain"] == pytest.approx(plain)
+
+
+def _decisions(policy) -> list:
+    calls = []
+    decide = policy._decide
+
+    def counted(r, note):
+        calls.append(r)
+        return decide(r, note)
+
+    policy._decide = counted
+    return calls
+
+
+def test_a_drafting_lookup_decides_at_its_matches_and_is_charged_for_deciding():
+    """A drafting lookup that finds a match in one round of ten decides at its matches and
+    after eight misses, not at every miss (each decision ~90 us of Python between two CPU
+    decodes: more than a near break-even lookup gains). What deciding costs is timed apart:
+    it is charged to drafting rounds at its mean over the rounds, and not to a plain round,
+    which costs the target alone no decision."""
+    p = AdaptivePolicy(1, 8, lookup=True)
+    calls = _decisions(p)
+    simulate(p, target_step=0.010, draft_step=0.00002, accept=0.9, per_token_verify=0.05, lookup_hit=0.1,
+             rounds=400, decide_cost=0.0002)
+    assert p.drafting and p.pauses == 0
+    share = len(calls) / 400
+    assert 0.1 < share < 0.3, len(calls)
+    beyond = p.estimates()["round_seconds_beyond_decodes"]
+    assert beyond["plain"] == pytest.approx(0.0, abs=1e-9), "a plain round's time holds no decision"
+    assert beyond["deciding"] == pytest.approx(0.0002 * share, rel=0.5)
+    assert beyond["drafting"] == pytest.approx(beyond["deciding"])
+    seeded = AdaptivePolicy(1, 8, lookup=True, learned=p.learned())
+    assert seeded.estimates()["round_seconds_beyond_decodes"]["deciding"] == pytest.approx(beyond["deciding"])
+
+
+def test_lookups_whose_gain_goes_to_deciding_pause():
+    """Next to a fast target step (35 us), lookups that pay by their decodes (a match in one
+    round of ten, 90% accepted: 1.3x) lose once their decisions (0.3 ms each, at a match or
+    after eight misses) are counted, and pause; a paused policy decides nothing between its
+    probes. Counted in each round's own time instead, a decision taken one round in five is
+    trimmed away as a spike (drafting looked free, and lookups that never paid drafted whole
+    answers); counted in the plain rounds too, it cancels out."""
+    costly = AdaptivePolicy(1, 8, lookup=True)
+    simulate(costly, target_step=0.000035, draft_step=0.000002, accept=0.9, per_token_verify=0.1,
+             lookup_hit=0.1, rounds=600, decide_cost=0.0003)
+    assert not costly.drafting and costly.pauses >= 1
+    free = AdaptivePolicy(1, 8, lookup=True)
+    simulate(free, target_step=0.000035, draft_step=0.000002, accept=0.9, per_token_verify=0.1,
+             lookup_hit=0.1, rounds=600)
+    assert free.drafting and free.pauses <= 1, "by its decodes the lookups pay"
 
 
 def test_a_paused_cheap_lookup_probes_what_it_finds_on_a_new_prompt():

@@ -84,7 +84,7 @@ _LEVEL_RATE = 0.2        # how fast the target's common cost level follows each 
 _STEADY_GAIN = 0.10      # drafting predicted at least this much faster, K settled: ...
 _STEADY_ROUNDS = 3       # ... the next this many rounds only learn, and the one after decides
 _MISS_ROUNDS = 8         # a drafting lookup decides at a match, or after this many misses
-_DECIDE_RATE = 0.1       # how fast the mean cost of deciding follows each round's
+_DECIDE_RATE = 0.03      # how fast the mean cost of deciding follows each round's (~30 rounds)
 _FLOOR_ROUNDS = 8        # rounds between two workings-out of a lookup's match floor (costs move slowly)
 SHORT_SYNC = 4          # a draft's first decode of at most this many tokens costs about one decode
 
