@@ -277,6 +277,33 @@ def test_a_paused_draft_model_is_asked_nothing_between_its_measured_rounds():
     assert len(late) < 0.1 * 400 and len([r for r in every_asked if r >= 200]) == 400
 
 
+def test_paused_lookups_are_asked_nothing_between_their_measured_rounds():
+    """The other way round: a draft model that pays and lookups the target rejects, on a
+    fast step. The lookups pause, and the chain asks them nothing between their measured
+    rounds and probes; the rounds and the lookups' state are those of a chain that tells
+    them every round."""
+    def run(quiet: bool):
+        p = ChainPolicy.build(1, 8, None, True)
+        if not quiet:
+            p.lookup.quiet_rounds = lambda: 0
+        asked = []
+        next_k = p.lookup.next_k
+        p.lookup.next_k = lambda: asked.append(p.lookup._round) or next_k()
+        sources = simulate_chain(p, target_step=0.0004, model_step=0.00002, model_accept=0.9, lookup_hit=0.5,
+                                 lookup_accept=0.0, lookup_step=0.0002, rounds=600)
+        lk = p.lookup
+        return sources, asked, (lk.drafting, lk.pauses, lk.probes, lk._round, lk._tokens, lk._since_probe,
+                                lk._probe_every)
+
+    sources, asked, state = run(quiet=True)
+    every_sources, every_asked, every_state = run(quiet=False)
+    assert not state[0] and state[1] >= 1                    # paused
+    assert sources == every_sources and state == every_state
+    assert sources[-100:].count(MODEL) >= 90
+    late = [r for r in asked if r >= 200]
+    assert len(late) < 0.1 * len([r for r in every_asked if r >= 200])
+
+
 def test_a_draft_model_that_starts_paused_says_so_in_the_first_round():
     first = ChainPolicy.build(1, 8, None, True)
     simulate_chain(first, target_step=0.020, model_step=0.018, model_accept=0.6, lookup_hit=0.4,

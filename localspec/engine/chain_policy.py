@@ -50,6 +50,7 @@ class ChainPolicy:
         self.routed = 0            # lookup matches the model drafted instead (counted as judged)
         self._probe_lookup = self._probe_model = False   # this round's probe, per drafter
         self._model_asked = True   # this round's next_k asked the draft model (see next_k)
+        self._lookup_asked = True  # ... and the lookups
         self._started = False      # a first round asks both (a seeded pause is said at once)
         self.probe = False
         self._catchup: float | None = None   # recent mean catch-up seconds of a model round
@@ -97,12 +98,18 @@ class ChainPolicy:
         return max(self.lookup.k_now, self.model.k_now)
 
     def next_k(self) -> int:
-        self.k_lookup = self.lookup.next_k()
-        # A paused draft model between its measured rounds and its probes has nothing to
-        # decide: as the generator does for a whole policy (quiet_rounds), the chain asks it
-        # nothing in such a round and only counts the round towards its next probe.
-        self._model_asked = not (self._started and self.model.quiet_rounds())
+        # A paused drafter between its measured rounds and its probes has nothing to decide:
+        # as the generator does for a whole policy (quiet_rounds), the chain asks it nothing
+        # in such a round and only counts the round towards its next probe.
+        started = self._started
         self._started = True
+        self._lookup_asked = not (started and self.lookup.quiet_rounds())
+        if self._lookup_asked:
+            self.k_lookup = self.lookup.next_k()
+            probe_lookup = self.lookup.probe
+        else:
+            self.k_lookup, probe_lookup = 0, False
+        self._model_asked = not (started and self.model.quiet_rounds())
         if self._model_asked:
             self.k_model = self.model.next_k()
             probe_model = self.model.probe
@@ -113,7 +120,7 @@ class ChainPolicy:
             # this round: it would not be one. They draft as usual; the target's plain step
             # reaches them whenever a round is one (every round's target cost is shared).
             self.k_lookup = self.lookup.k_now
-        self._probe_lookup, self._probe_model = self.lookup.probe, probe_model
+        self._probe_lookup, self._probe_model = probe_lookup, probe_model
         self.probe = self._probe_lookup or self._probe_model
         self._first = None
         return max(self.k_lookup, self.k_model)
@@ -155,7 +162,11 @@ class ChainPolicy:
         source = step.source
         if source == MODEL and step.draft_steps:
             self._learn_catchup(step)
-        lookup = self._tell(LOOKUP, self.lookup, step, source == LOOKUP, self.k_lookup, self._probe_lookup)
+        if self._lookup_asked:
+            lookup = self._tell(LOOKUP, self.lookup, step, source == LOOKUP, self.k_lookup, self._probe_lookup)
+        else:
+            self.lookup.passed(1, step.emitted)
+            lookup = None
         if self._model_asked:
             model = self._tell(MODEL, self.model, step, source == MODEL, self.k_model, self._probe_model)
         else:
