@@ -15,7 +15,9 @@ measures, and acts on that prediction with stated confidence:
   are far off their prediction mean the text changed: the older evidence is thinned.
 * **Which K.** The K with the best expected rate; a new K moves only for a clear gain.
   Settled at a K with a clear gain, three rounds in four only learn and the fourth decides
-  (between two CPU decodes the predictions cost ~100 us of Python a round).
+  (between two CPU decodes the predictions cost ~100 us of Python a round); a drafting
+  lookup decides at its matches and after every eighth miss. What deciding costs is timed
+  apart and charged to drafting rounds (a plain round decides nothing for the target alone).
 * **Whether to draft.** Drafting pauses only when even an optimistic reading of the evidence
   (acceptance at its upper credible bound and costs at the low end of their intervals, about
   95% one-sided) says it loses; so one bad round, or noise just after resuming, cannot pause
