@@ -252,25 +252,30 @@ def test_lookups_asking_for_a_plain_step_draft_while_the_model_drafts_every_roun
     assert sources[5:100].count(LOOKUP) > 0.3 * 95
 
 
+def _paused_one_asked(which: str, quiet: bool, **sim):
+    """A chain run in which one of its drafters (``which``: "model" or "lookup") pauses:
+    the rounds' sources, the rounds at which that drafter's policy was asked for a K, and
+    its state at the end. ``quiet=False``: the chain asks it every round."""
+    p = ChainPolicy.build(1, 8, None, True)
+    pol = getattr(p, which)
+    if not quiet:
+        pol.quiet_rounds = lambda: 0
+    asked = []
+    next_k = pol.next_k
+    pol.next_k = lambda: asked.append(pol._round) or next_k()
+    sources = simulate_chain(p, rounds=600, **sim)
+    state = (pol.drafting, pol.pauses, pol.probes, pol._round, pol._tokens, pol._since_probe, pol._probe_every)
+    return sources, asked, state
+
+
 def test_a_paused_draft_model_is_asked_nothing_between_its_measured_rounds():
     """Lookups that pay and a draft model as dear as the target: the model pauses, and from
     then on the chain asks it nothing in the rounds it would not measure (as the generator
     does for a whole policy: ~1 round in 32 and its probes), and only counts them towards its
     next probe. The rounds and the model's state are those of a chain that tells it every round."""
-    def run(quiet: bool):
-        p = ChainPolicy.build(1, 8, None, True)
-        if not quiet:
-            p.model.quiet_rounds = lambda: 0
-        asked = []
-        next_k = p.model.next_k
-        p.model.next_k = lambda: asked.append(p.model._round) or next_k()
-        sources = simulate_chain(p, target_step=0.020, model_step=0.018, model_accept=0.6, lookup_hit=0.4,
-                                 lookup_accept=0.9, rounds=600)
-        m = p.model
-        return sources, asked, (m.drafting, m.pauses, m.probes, m._round, m._tokens, m._since_probe, m._probe_every)
-
-    sources, asked, state = run(quiet=True)
-    every_sources, every_asked, every_state = run(quiet=False)
+    sim = dict(target_step=0.020, model_step=0.018, model_accept=0.6, lookup_hit=0.4, lookup_accept=0.9)
+    sources, asked, state = _paused_one_asked("model", True, **sim)
+    every_sources, every_asked, every_state = _paused_one_asked("model", False, **sim)
     assert not state[0] and state[1] >= 1                    # paused
     assert sources == every_sources and state == every_state
     late = [r for r in asked if r >= 200]
@@ -282,21 +287,10 @@ def test_paused_lookups_are_asked_nothing_between_their_measured_rounds():
     fast step. The lookups pause, and the chain asks them nothing between their measured
     rounds and probes; the rounds and the lookups' state are those of a chain that tells
     them every round."""
-    def run(quiet: bool):
-        p = ChainPolicy.build(1, 8, None, True)
-        if not quiet:
-            p.lookup.quiet_rounds = lambda: 0
-        asked = []
-        next_k = p.lookup.next_k
-        p.lookup.next_k = lambda: asked.append(p.lookup._round) or next_k()
-        sources = simulate_chain(p, target_step=0.0004, model_step=0.00002, model_accept=0.9, lookup_hit=0.5,
-                                 lookup_accept=0.0, lookup_step=0.0002, rounds=600)
-        lk = p.lookup
-        return sources, asked, (lk.drafting, lk.pauses, lk.probes, lk._round, lk._tokens, lk._since_probe,
-                                lk._probe_every)
-
-    sources, asked, state = run(quiet=True)
-    every_sources, every_asked, every_state = run(quiet=False)
+    sim = dict(target_step=0.0004, model_step=0.00002, model_accept=0.9, lookup_hit=0.5, lookup_accept=0.0,
+               lookup_step=0.0002)
+    sources, asked, state = _paused_one_asked("lookup", True, **sim)
+    every_sources, every_asked, every_state = _paused_one_asked("lookup", False, **sim)
     assert not state[0] and state[1] >= 1                    # paused
     assert sources == every_sources and state == every_state
     assert sources[-100:].count(MODEL) >= 90
