@@ -103,18 +103,8 @@ class ChainPolicy:
         # in such a round and only counts the round towards its next probe.
         started = self._started
         self._started = True
-        self._lookup_asked = not (started and self.lookup.quiet_rounds())
-        if self._lookup_asked:
-            self.k_lookup = self.lookup.next_k()
-            probe_lookup = self.lookup.probe
-        else:
-            self.k_lookup, probe_lookup = 0, False
-        self._model_asked = not (started and self.model.quiet_rounds())
-        if self._model_asked:
-            self.k_model = self.model.next_k()
-            probe_model = self.model.probe
-        else:
-            self.k_model, probe_model = 0, False
+        self._lookup_asked, self.k_lookup, probe_lookup = self._ask(self.lookup, started)
+        self._model_asked, self.k_model, probe_model = self._ask(self.model, started)
         if not self.k_lookup and self.lookup.drafting and self.k_model:
             # The lookups ask for a plain step (to measure the target's), but the model drafts
             # this round: it would not be one. They draft as usual; the target's plain step
@@ -124,6 +114,14 @@ class ChainPolicy:
         self.probe = self._probe_lookup or self._probe_model
         self._first = None
         return max(self.k_lookup, self.k_model)
+
+    @staticmethod
+    def _ask(pol: AdaptivePolicy, started: bool) -> tuple[bool, int, bool]:
+        """One policy's part of :meth:`next_k`: whether it is asked this round, its K and
+        whether that is a probe (0, no probe: a quiet round, after the first)."""
+        if started and pol.quiet_rounds():
+            return False, 0, False
+        return True, pol.next_k(), pol.probe
 
     @property
     def lookup_first(self) -> bool:
@@ -159,25 +157,20 @@ class ChainPolicy:
     def observe(self, step: Step) -> str | None:
         """The drafter that drafted this round learns from all of it; the other one only
         the target's costs (and, paused, the tokens that went by towards its next probe)."""
-        source = step.source
-        if source == MODEL and step.draft_steps:
+        if step.source == MODEL and step.draft_steps:
             self._learn_catchup(step)
-        if self._lookup_asked:
-            lookup = self._tell(LOOKUP, self.lookup, step, source == LOOKUP, self.k_lookup, self._probe_lookup)
-        else:
-            self.lookup.passed(1, step.emitted)
-            lookup = None
-        if self._model_asked:
-            model = self._tell(MODEL, self.model, step, source == MODEL, self.k_model, self._probe_model)
-        else:
-            self.model.passed(1, step.emitted)   # what observe_other does with such a round
-            model = None
+        lookup = self._tell(LOOKUP, self.lookup, step, self._lookup_asked, self.k_lookup, self._probe_lookup)
+        model = self._tell(MODEL, self.model, step, self._model_asked, self.k_model, self._probe_model)
         return f"{lookup}; {model}" if lookup and model else lookup or model
 
     @staticmethod
-    def _tell(name: str, pol: AdaptivePolicy, step: Step, own: bool, k: int, probe: bool) -> str | None:
-        """One policy's part of :meth:`observe`: its own round or another's; its note labelled."""
-        if not own:
+    def _tell(name: str, pol: AdaptivePolicy, step: Step, asked: bool, k: int, probe: bool) -> str | None:
+        """One policy's part of :meth:`observe`: its own round or another's, its note
+        labelled; a quiet round (it was not asked) only counts towards its next probe."""
+        if not asked:
+            pol.passed(1, step.emitted)   # what observe_other does with such a round
+            return None
+        if step.source != name:
             note = pol.observe_other(step)
         else:
             note = pol.observe(step if step.k <= k and step.probe == probe
