@@ -663,6 +663,32 @@ def test_a_generation_that_ends_stops_a_read_alongside_without_waiting(tiny_draf
         model.close()
 
 
+_EXIT_MID_READ = """
+import sys
+import numpy as np
+from localspec.engine.backend import Context, Model
+from localspec.engine.drafters import ModelDrafter
+ctx = Context(Model(sys.argv[1], gpu_layers=0), n_ctx=2048, threads=1)
+d = ModelDrafter(ctx)
+d._per_token = 1.0   # chunks of the smallest size: the exit often falls between two decodes
+assert d.read_alongside([int(t) for t in np.random.default_rng(2).integers(5, 200, 1500)])
+assert not d.ready
+"""
+
+
+def test_a_script_that_exits_mid_read_exits_cleanly(smollm2_q4_1):
+    """A script that never closes its Engine may exit while the draft reads alongside; the
+    read decoding on while llama.cpp is torn down crashed the process (a segfault in 4 of 6
+    runs before the read was stopped at exit)."""
+    import subprocess
+    import sys
+
+    for _ in range(4):
+        proc = subprocess.run([sys.executable, "-c", _EXIT_MID_READ, str(smollm2_q4_1)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+
+
 def test_a_seeded_sampled_generation_reads_in_line_and_repeats_itself(tiny_target, tiny_draft, monkeypatch):
     """Which rounds draft would depend on a thread's timing if the draft read alongside; a
     seeded sampled generation must repeat itself, so its draft reads in line (greedy output

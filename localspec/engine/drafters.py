@@ -11,9 +11,11 @@
 
 from __future__ import annotations
 
+import atexit
 import math
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,6 +47,20 @@ _CHUNK_SECONDS = 0.1    # a read alongside decodes in chunks this long: it can s
 _CHUNK_MIN = 64         # ... of at least this many tokens (a CPU's batch rate from about here)
 
 Gate = Callable[[int, float], bool]   # (position, top probability) -> keep drafting?
+
+_READERS: weakref.WeakSet = weakref.WeakSet()   # model drafters that started a read alongside
+
+
+@atexit.register
+def _stop_reads() -> None:
+    """Stop every read alongside before the interpreter exits: a read still decoding when
+    llama.cpp's backend is torn down crashes the process (a script that never closed its
+    Engine). Each stops after its current chunk."""
+    for drafter in list(_READERS):
+        drafter.settle(wait=False)
+        reader = drafter._reader
+        if reader is not None:
+            reader.join()
 
 
 class Drafter(Protocol):
@@ -361,6 +377,7 @@ class ModelDrafter:
 
         self._reader = threading.Thread(target=run, name="localspec-draft-read", daemon=True)
         self._reader.start()
+        _READERS.add(self)
 
     def _chunk(self) -> int:
         """Tokens per decode of a read alongside: about ``_CHUNK_SECONDS`` at the measured
