@@ -989,3 +989,43 @@ def test_a_lookup_match_must_be_expected_to_pay_for_its_place_in_the_batch():
     model = AdaptivePolicy(1, 8)
     simulate(model, target_step=0.010, draft_step=0.002, accept=0.5, per_token_verify=0.5, rounds=60)
     assert model.gate() is None
+
+
+def test_position_counts_decay_as_one_factor_exactly():
+    """A round's decay of the per-position counts is one factor they are read through (a
+    lookup's miss decays 4 x 33 counts): the counts, and what is predicted from them, are
+    those of multiplying every count each round, across the factor's folding into them."""
+    from localspec.engine import policy as P
+
+    pol = AdaptivePolicy(1, 32, lookup=True)
+    n = len(pol._tried)
+    ref = [[0.0] * n for _ in range(4)]
+    rounds = [(8, d, a) for d, a in ((0, 0), (8, 8), (3, 1), (0, 0), (8, 2), (16, 16))] * 1400
+    for j, (k, drafted, accepted) in enumerate(rounds):
+        decay = P._PROBE_DECAY if j % 7 == 0 else P._DECAY
+        pol._judge(max(k, drafted), drafted, accepted, decay)
+        for arr in ref:
+            for i in range(n):
+                arr[i] *= decay
+        for i in range(1, min(max(k, drafted), n - 1) + 1):
+            if i > drafted + 1:
+                break
+            ref[0][i] += 1
+            if i <= drafted:
+                ref[1][i] += 1
+                if i <= accepted + 1:
+                    ref[2][i] += 1
+                    if i <= accepted:
+                        ref[3][i] += 1
+    assert pol._pos_scale > P._SCALE_FOLD and pol._pos_scale != 1.0   # folded at least once, then decayed
+    stored = [[x * pol._pos_scale for x in a] for a in (pol._tried, pol._made, pol._judged, pol._accepted)]
+    for mine, theirs in zip(stored, ref):
+        assert mine == pytest.approx(theirs, rel=1e-9, abs=1e-12)
+    twin = AdaptivePolicy(1, 32, lookup=True)
+    twin._tried, twin._made, twin._judged, twin._accepted = (list(a) for a in ref)
+    twin._succ, twin._fail = pol._succ, pol._fail
+    for p in (pol, twin):
+        p._verify = {1: P._Samples(0.01), 9: P._Samples(0.02), 17: P._Samples(0.03)}
+        p._sync.prior = 1e-5
+    for k in (1, 4, 8, 16, 32):
+        assert pol.predict(k) == pytest.approx(twin.predict(k), rel=1e-9)

@@ -87,6 +87,7 @@ _STEADY_GAIN = 0.10      # drafting predicted at least this much faster, K settl
 _STEADY_ROUNDS = 3       # ... the next this many rounds only learn, and the one after decides
 _MISS_ROUNDS = 8         # a drafting lookup decides at a match, or after this many misses
 _DECIDE_RATE = 0.03      # how fast the mean cost of deciding follows each round's (~30 rounds)
+_SCALE_FOLD = 1e-60     # the position counts' common factor is folded into them below this
 _FLOOR_ROUNDS = 8        # rounds between two workings-out of a lookup's match floor (costs move slowly)
 SHORT_SYNC = 4          # a draft's first decode of at most this many tokens costs about one decode
 
@@ -352,6 +353,7 @@ class AdaptivePolicy:
         self._made = [0.0] * n                  # ... and drafted it (p_min / the lookup did not stop it)
         self._judged = [0.0] * n                # rounds with position i drafted and i-1 accepted
         self._accepted = [0.0] * n              # ... whose position i was accepted
+        self._pos_scale = 1.0                   # the four counts are their stored values times this
         self._draft_rounds = 0
         # Verify costs by batch size (and, under None, _verify_values()), until the next round.
         self._points: dict = {}
@@ -416,7 +418,8 @@ class AdaptivePolicy:
             "deciding": self._decide_cost,
             # Per draft position: rounds that got there, drafted it, had it judged, accepted it
             # (a lookup that found nothing is known by these, not by its acceptance).
-            "positions": [list(self._tried), list(self._made), list(self._judged), list(self._accepted)],
+            "positions": [[x * self._pos_scale for x in a]
+                          for a in (self._tried, self._made, self._judged, self._accepted)],
             "since_plain": self._since_plain,
         }
 
@@ -495,6 +498,7 @@ class AdaptivePolicy:
         if len(arrays) != 4 or any(len(a) < 2 or min(a) < 0 for a in arrays):
             return
         f = min(1.0, _SEED_WEIGHT / max(arrays[0][1], 1e-9))
+        self._pos_scale = 1.0
         for own, a in zip((self._tried, self._made, self._judged, self._accepted), arrays):
             for i, x in enumerate(a):
                 own[i] = x * f
@@ -624,17 +628,19 @@ class AdaptivePolicy:
         # match in a few, and where a batch of two costs two plain steps but one of nine three
         # (a CPU), the cost of the mean (a batch of ~2) made every K look like a loss.
         made, tried, accepted, judged = self._made, self._tried, self._accepted, self._judged
+        sc = self._pos_scale
         pool = _POSITION_PRIOR * self._succ / (self._succ + self._fail)
         ladder = self._ladder_set
         tokens, drafted = 1.0, 0.0
         p_made, p_ok = 1.0, 1.0     # P(position i drafted), P(positions 1..i all accepted)
         stopped = 0.0               # sum over j < i of P(exactly j drafted) * cost(batch j + 1)
-        p_first = (made[1] + 1.0) / (tried[1] + 1.0)   # P(position 1 drafted): the sync decode is the first step
+        # P(position 1 drafted): the sync decode is the first step
+        p_first = (made[1] * sc + 1.0) / (tried[1] * sc + 1.0)
         for i in range(1, self._ladder[-1] + 1):
-            cont = (made[i] + 1.0) / (tried[i] + 1.0)
+            cont = (made[i] * sc + 1.0) / (tried[i] * sc + 1.0)
             stopped += p_made * (1.0 - cont) * table[i]
             p_made *= cont
-            p_ok *= cont * ((accepted[i] + pool) / (judged[i] + _POSITION_PRIOR) if alpha is None else alpha)
+            p_ok *= cont * ((accepted[i] * sc + pool) / (judged[i] * sc + _POSITION_PRIOR) if alpha is None else alpha)
             drafted += p_made
             tokens += p_ok
             if i in ladder:
@@ -1089,9 +1095,16 @@ class AdaptivePolicy:
         return self._sync.value
 
     def _scale_positions(self, f: float) -> None:
-        for arr in (self._tried, self._made, self._judged, self._accepted):
-            for i in range(len(arr)):
-                arr[i] *= f
+        """Every position's counts times ``f``, kept as one factor they are read through: a
+        lookup decays its 4 x 33 counts at every miss, ~40 us between two CPU decodes when
+        each was multiplied. The stored counts take the factor in when it gets small."""
+        scale = self._pos_scale * f
+        if scale < _SCALE_FOLD:
+            for arr in (self._tried, self._made, self._judged, self._accepted):
+                for i in range(len(arr)):
+                    arr[i] *= scale
+            scale = 1.0
+        self._pos_scale = scale
 
     def _learn_acceptance(self, r: Step) -> None:
         if self.drafting and not r.probe and r.drafted:
@@ -1120,11 +1133,11 @@ class AdaptivePolicy:
         leaves the positions beyond the first with nothing that refutes them once drafts
         fail at the first: on decay alone, in simulation, drafting goes on for ~80 rounds
         after acceptance falls from 0.9 to 0.05."""
-        accepted_at, judged = self._accepted, self._judged
+        accepted_at, judged, sc = self._accepted, self._judged, self._pos_scale
         pool = _POSITION_PRIOR * self._succ / (self._succ + self._fail)
         q, mean, moment = 1.0, 0.0, 0.0
         for i in range(1, min(drafted, len(judged) - 1) + 1):
-            q *= (accepted_at[i] + pool) / (judged[i] + _POSITION_PRIOR)   # P(a >= i)
+            q *= (accepted_at[i] * sc + pool) / (judged[i] * sc + _POSITION_PRIOR)   # P(a >= i)
             mean += q
             moment += (2 * i - 1) * q                                       # E[a^2] = sum (2i-1) P(a >= i)
         w = self._shift
@@ -1151,16 +1164,17 @@ class AdaptivePolicy:
         self._scale_positions(decay)
         self._succ = max(self._succ * decay, 0.05)
         self._fail = max(self._fail * decay, 0.05)
+        one = 1.0 / self._pos_scale     # a count of one, as stored
         for i in range(1, min(k, len(self._tried) - 1) + 1):
             if i > drafted + 1:
                 break
-            self._tried[i] += 1
+            self._tried[i] += one
             if i <= drafted:
-                self._made[i] += 1
+                self._made[i] += one
                 if i <= accepted + 1:
-                    self._judged[i] += 1
+                    self._judged[i] += one
                     if i <= accepted:
-                        self._accepted[i] += 1
+                        self._accepted[i] += one
         if drafted:
             self._succ += accepted
             self._fail += 1.0 if accepted < drafted else 0.0
