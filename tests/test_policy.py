@@ -692,6 +692,49 @@ def test_paused_rounds_are_counted_and_a_sample_of_them_measured():
     assert p.estimates()["round_seconds_beyond_decodes"]["plain"] == pytest.approx(0.0002)
 
 
+def test_a_paused_policy_next_to_a_fast_target_step_measures_rarer():
+    """One paused round in _PAUSED_SAMPLE is measured next to a real model's step; next to a
+    40 us one that bookkeeping (~100 us a measured round between CPU decodes) would be a few
+    percent of the time, so it measures few enough to keep it under half a percent."""
+    def paused(step):
+        p = AdaptivePolicy(1, 8)
+        simulate(p, target_step=step, draft_step=50 * step, accept=1.0, per_token_verify=0.1, rounds=40)
+        assert not p.drafting
+        return p
+
+    slow, fast = paused(0.010), paused(40e-6)
+    assert slow._sample_every == _PAUSED_SAMPLE
+    assert fast._sample_every == 512 and fast.estimates()["paused_rounds_per_measured"] == 512
+    for p, step in ((slow, 0.010), (fast, 40e-6)):
+        measured = p._verify[1].n
+        ks, _ = _paused_run_at(p, 4096, step)
+        assert not any(ks)
+        assert p._verify[1].n - measured == pytest.approx(4096 / p._sample_every, abs=1)
+
+
+def _paused_run_at(policy, rounds: int, step: float) -> tuple[list, int]:
+    """Plain rounds of ``step`` seconds into a paused policy that is never due to probe, as
+    the generator drives it (quiet rounds go by unseen)."""
+    policy._probe_every = 10**9
+    now = [0.0]
+    policy._clock = lambda: now[0]
+    ks, quiet, passed = [], 0, 0
+    for i in range(rounds):
+        now[0] += step
+        if quiet:
+            quiet -= 1
+            passed += 1
+            continue
+        if passed:
+            policy.passed(passed, passed)
+            passed = 0
+        ks.append(policy.next_k())
+        policy.observe(Step(index=i, k=0, drafted=0, accepted=0, emitted=1, draft_seconds=0.0,
+                            verify_seconds=step, drafting=False, verify_batch=1))
+        quiet = policy.quiet_rounds()
+    return ks, len(ks)
+
+
 def _paused_run(policy, rounds: int, honour_quiet: bool) -> tuple[list, int]:
     """Plain 10 ms rounds into a paused ``policy`` (a probe drafts one 8 ms token, rejected),
     as the generator drives it: with ``honour_quiet`` the rounds quiet_rounds announces go

@@ -80,7 +80,10 @@ _PROBE_NODES = tuple((z / 2, math.exp(-z * z / 8) / sum(math.exp(-j * j / 8) for
                      for z in range(6, -7, -1))
 _LOOK_SHARE = 0.02       # a lookup costing less than this share of a plain round: its probes wait for a match
 _LADDER = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)
-_PAUSED_SAMPLE = 32      # while paused, one round in this many is measured (nothing to decide)
+_PAUSED_SAMPLE = 32      # while paused, one round in this many is measured (nothing to decide), ...
+_SAMPLE_SECONDS = 1e-4   # ... or fewer: what measuring one costs between two CPU decodes (see _paused_sampling)
+_SAMPLE_SHARE = 0.005    # ... kept under this share of the paused rounds' time
+_PAUSED_SAMPLE_MAX = 1024
 _QUIET_ALWAYS = 1 << 30  # quiet rounds of a policy that never drafts
 _LEVEL_RATE = 0.2        # how fast the target's common cost level follows each round's cost
 _STEADY_GAIN = 0.10      # drafting predicted at least this much faster, K settled: ...
@@ -372,6 +375,7 @@ class AdaptivePolicy:
         self._every: float | None = None        # drafting rounds between plain steps, as last worked out
         self._explored = False                  # this generation has tried its one other K
         self._probe_every = _PROBE_MIN
+        self._sample_every = _PAUSED_SAMPLE     # while paused: one round in this many is measured
         self._last_probe_speedup = 0.0
         self._note: str | None = None           # said at the first observe (a seeded pause)
         self.pauses = 0
@@ -476,6 +480,7 @@ class AdaptivePolicy:
                                or (expected < 1.0 and self._bounds()[1] < 1.0)):
             self.drafting = False
             self.pauses = 1
+            self._paused_sampling()
             self._k = k_best
             # A new prompt may repeat itself where the last one did not: a lookup that costs
             # next to nothing to try probes at its first match.
@@ -905,8 +910,9 @@ class AdaptivePolicy:
         probe cannot be passed by."""
         if self.drafting:
             return 0
-        nxt = (self._round + 1) % _PAUSED_SAMPLE
-        quiet = _PAUSED_SAMPLE - 1 - nxt if nxt else 0
+        every = self._sample_every
+        nxt = (self._round + 1) % every
+        quiet = every - 1 - nxt if nxt else 0
         return max(min(quiet, self._probe_every - self._since_probe - 1), 0)
 
     def passed(self, rounds: int, tokens: int) -> None:
@@ -916,19 +922,37 @@ class AdaptivePolicy:
         self._t_last = None
 
     def _count_paused(self, r: Step, own: bool = True) -> None:
-        """A round while paused: counted, and one in ``_PAUSED_SAMPLE`` measured (timed from
+        """A round while paused: counted, and one in ``_sample_every`` measured (timed from
         the round before it). Next to a fast target step the bookkeeping of every round
         would be a cost of its own; the costs measured stay plenty for the next probe. Which
         rounds go by the round count, which both policies of a chain share: their quiet
         rounds (:meth:`quiet_rounds`) coincide."""
-        due = (self._round + 1) % _PAUSED_SAMPLE
+        every = self._sample_every
+        due = (self._round + 1) % every
         if due == 0:
             self._count_round(r, own)
+            self._paused_sampling()
             return
         self._round += 1
         self._tokens += r.emitted
         # The next round is timed from here if it is the measured one; a probe from its next_k.
-        self._t_last = self._clock() if due == _PAUSED_SAMPLE - 1 else None
+        self._t_last = self._clock() if due == every - 1 else None
+
+    def _paused_sampling(self) -> None:
+        """How often a paused policy measures a round: one in ``_PAUSED_SAMPLE``, or fewer
+        where that would cost more than ``_SAMPLE_SHARE`` of the time. A measured round's
+        bookkeeping (two calls each way, ~50 us of Python between two CPU decodes, and the
+        weights it evicts, which the next decode reads again) was 1.5-3% of the losing pair's
+        40 us rounds at one in 32; a real model's step is hundreds of times longer. A power of
+        two times 32, so a chain's two policies, which share the rounds, measure the same ones
+        (the rarer one's a subset of the other's)."""
+        c1 = self.verify_cost(1)
+        every = _PAUSED_SAMPLE
+        if c1:
+            plain = c1 + (self._overhead[False].value or 0.0)
+            while every < _PAUSED_SAMPLE_MAX and every * _SAMPLE_SHARE * plain < _SAMPLE_SECONDS:
+                every *= 2
+        self._sample_every = every
 
     def observe_other(self, r: Step) -> str | None:
         """A round another drafter (of a chain) drafted, or a plain step: only the target's
@@ -1056,6 +1080,7 @@ class AdaptivePolicy:
                 self._last_probe_speedup = s_best
                 self._k = k_best
             self.drafting = False
+            self._paused_sampling()
             self._reason = self._explain(self._k, self.predicted_speedup, paused=True)
         else:
             if not was:
@@ -1231,4 +1256,5 @@ class AdaptivePolicy:
             "probes": self.probes,
             "acceptance_shifts": self.shifts,
             "probe_every_tokens": self._probe_every,
+            "paused_rounds_per_measured": self._sample_every,
         }
