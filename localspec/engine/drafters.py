@@ -57,9 +57,9 @@ def _stop_reads() -> None:
     llama.cpp's backend is torn down crashes the process (a script that never closed its
     Engine). Each stops after its current chunk."""
     for drafter in list(_READERS):
-        drafter.settle(wait=False)
         reader = drafter._reader
-        if reader is not None:
+        if reader is not None and reader.is_alive():
+            drafter._cancel.set()
             reader.join()
 
 

@@ -941,9 +941,10 @@ class AdaptivePolicy:
     def _paused_sampling(self) -> None:
         """How often a paused policy measures a round: one in ``_PAUSED_SAMPLE``, or fewer
         where that would cost more than ``_SAMPLE_SHARE`` of the time. A measured round's
-        bookkeeping (two calls each way, ~50 us of Python between two CPU decodes, and the
-        weights it evicts, which the next decode reads again) was 1.5-3% of the losing pair's
-        40 us rounds at one in 32; a real model's step is hundreds of times longer. A power of
+        bookkeeping (it and the round before it ask and tell the policy: ~50 us of Python
+        between two CPU decodes, and the weights it evicts, which the next decode reads again)
+        was 1.5-3% of the losing pair's 40 us rounds at one in 32; a real model's step is
+        hundreds of times longer. A power of
         two times 32, so a chain's two policies, which share the rounds, measure the same ones
         (the rarer one's a subset of the other's)."""
         c1 = self.verify_cost(1)
