@@ -62,6 +62,9 @@ def test_a_paused_policy_sees_only_the_rounds_it_measures(cost_pairs, monkeypatc
     rounds = [ev for ev in events if isinstance(ev, Step)]
     assert len(rounds) == done.summary.n_generated == 200 and done.summary.drafted == 0
     assert 0 < len(seen) <= 2 * (200 // _PAUSED_SAMPLE) + 2   # each measured round and the one before
+    # the pause it starts in is said before the answer, not by asking about a first round
+    kinds = [type(ev).__name__ for ev in events]
+    assert kinds.index("PolicyNote") < kinds.index("PromptProcessed") and min(seen) > 1
     assert policy["target_step_samples"] >= 1
     # once it has measured the tiny target's step (~50 us), it measures rarer still
     assert policy["paused_rounds_per_measured"] > _PAUSED_SAMPLE

@@ -177,6 +177,10 @@ class ChainPolicy:
                                else replace(step, k=min(step.k, k), probe=probe))
         return f"{_LABEL[name]}: {note}" if note else None
 
+    def opening_note(self) -> str | None:
+        notes = [f"{_LABEL[name]}: {note}" for name, pol in self._policies() if (note := pol.opening_note())]
+        return "; ".join(notes) or None
+
     def quiet_rounds(self) -> int:
         return min(self.lookup.quiet_rounds(), self.model.quiet_rounds())
 

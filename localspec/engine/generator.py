@@ -76,6 +76,12 @@ class Generator:
         dcfg = sampling.for_draft()
         drafter = self.drafter
         stats = StatsRecorder(drafter=drafter.name, policy=policy.describe(), seed=seed)
+        # A pause the policy starts in (what the last generation learned) is said before the
+        # prompt, not by asking the policy about a first round it need not see.
+        note = policy.opening_note()
+        if note:
+            stats.note(note)
+            yield PolicyNote(policy.drafting, policy.k_now, note)
 
         # -- prompt -------------------------------------------------------------------
         # The whole prompt goes in (its last token at least, for its logits); a recurrent or
@@ -113,7 +119,7 @@ class Generator:
         if out.reason is None and policy.may_draft and not read_started:
             drafter.prefill(tokens, now=policy.drafting)
 
-        quiet = 0                 # plain rounds to come that the policy need not see
+        quiet = policy.quiet_rounds()   # plain rounds to come that the policy need not see
         passed = passed_tokens = 0   # quiet rounds gone by, and their tokens, not yet reported
         # The policy's drafting state, read again only after it observes a round (the one
         # place it changes): a chain's asks both of its policies.

@@ -118,6 +118,10 @@ class Policy(Protocol):
 
     def observe(self, step: Step) -> str | None: ...
 
+    def opening_note(self) -> str | None:
+        """A sentence this policy can say before the first round (a pause it starts in, from
+        what an earlier generation learned), once; else None."""
+
     def quiet_rounds(self) -> int:
         """How many of the next rounds (asked after ``observe``) will be plain target steps
         this policy need neither choose nor see: the generator runs them without calling
@@ -167,6 +171,9 @@ class FixedPolicy:
         return None
 
     def observe(self, r: Step) -> str | None:
+        return None
+
+    def opening_note(self) -> str | None:
         return None
 
     def quiet_rounds(self) -> int:
@@ -377,7 +384,7 @@ class AdaptivePolicy:
         self._probe_every = _PROBE_MIN
         self._sample_every = _PAUSED_SAMPLE     # while paused: one round in this many is measured
         self._last_probe_speedup = 0.0
-        self._note: str | None = None           # said at the first observe (a seeded pause)
+        self._note: str | None = None           # a seeded pause, said once (opening_note, else observe)
         self.pauses = 0
         self.probes = 0
         self._reason: str | None = "starting: measuring draft and target costs"
@@ -903,6 +910,10 @@ class AdaptivePolicy:
             self._level *= min(max(ratio, 0.5), 2.0) ** _LEVEL_RATE
         samples.add(r.verify_seconds / self._level)
         self._points, self._curves = {}, {}
+
+    def opening_note(self) -> str | None:
+        note, self._note = self._note, None
+        return note
 
     def quiet_rounds(self) -> int:
         """While paused: the rounds before the next one measured (and the one before it, which
