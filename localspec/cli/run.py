@@ -28,14 +28,16 @@ def run(**opts) -> None:
         tokens = prompt_tokens(engine, opts, text)
         done = None
         out = sys.stdout
+        wrote = False        # a note after some text starts a line of its own
         for ev in engine.run(tokens, spec):
             if isinstance(ev, (Token, TextChunk)):
                 if not opts["as_json"] and ev.text:
                     out.write(ev.text)
                     out.flush()
+                    wrote = True
             elif isinstance(ev, PolicyNote):
                 if not opts["as_json"]:
-                    click.echo(f"\n[localspec] {ev.reason}", err=True)
+                    click.echo(("\n" if wrote else "") + f"[localspec] {ev.reason}", err=True)
             elif isinstance(ev, Done):
                 done = ev
         s = done.summary
