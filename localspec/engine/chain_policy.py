@@ -51,7 +51,9 @@ class ChainPolicy:
         self._probe_lookup = self._probe_model = False   # this round's probe, per drafter
         self._model_asked = True   # this round's next_k asked the draft model (see next_k)
         self._lookup_asked = True  # ... and the lookups
-        self._started = False      # a first round asks both (a seeded pause is said at once)
+        # A first round asks both: a seeded pause nobody took as the opening note is said
+        # at once (the generator takes it before the answer; a caller driving the chain may not).
+        self._started = False
         self.probe = False
         self._catchup: float | None = None   # recent mean catch-up seconds of a model round
 
