@@ -237,6 +237,7 @@ def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: N
             if not cell["lossless"]:
                 cell["differences"] = differences(engine, encoded[p["id"]], rows)
             st = cell["settings"]
+            cell["nothing_drafted"] = nothing_drafted(st)
             rivals = _rivals(cell)
             best_name, best = _best_of(st, rivals, "tok_s")
             cell["best"] = best_name
@@ -344,6 +345,13 @@ def one_drafter_runs(chain: dict) -> dict[str, int]:
     return out
 
 
+def nothing_drafted(settings: dict) -> bool:
+    """Whether no run of any setting of a cell drafted a token (the losing pair's short answers,
+    where even fixed K waits for its draft's prompt read): every setting did the target
+    alone's work, so its ratios measure the machine and the loop, not a drafting choice."""
+    return not any(by for st in settings.values() for by in st.get("drafted_by", []))
+
+
 def chain_goal(category: str | None) -> float:
     """The chain's goal against the better single drafter: at least as fast where answers
     repeat their context (code, summaries), within 3% elsewhere."""
@@ -429,7 +437,8 @@ def markdown(paths: list[str]) -> str:
                     row.append("-")
                 if pricing:
                     row.append(_priced_text(c["priced_default_vs_best"], c["priced_default_vs_best_ci"], GOAL)
-                               + f" (best {c['priced_best']})")
+                               + f" (best {c['priced_best']})"
+                               + ("; nothing drafted in any setting" if nothing_drafted(c["settings"]) else ""))
                 if chain:
                     row.append(f"{c['chain_vs_better']:.3f}" + ("" if c["chain_meets"] else " ✗"))
                     row.append(_interval_text(_stored_interval(c, "chain_vs_better_ci", "ngram+model",
@@ -557,7 +566,7 @@ def main(argv=None) -> int:
         # the same verdicts priced at each cell's costs (see priced())
         "priced_default_meets_0_97": sum(c["priced_default_vs_best"] >= GOAL for c in cells),
         "priced_misses": [{k: c[k] for k in ("pair", "prompt", "n", "priced_best", "priced_default_vs_best",
-                                             "priced_default_vs_best_ci")}
+                                             "priced_default_vs_best_ci", "nothing_drafted")}
                           for c in cells if c["priced_default_vs_best"] < GOAL],
         "priced_chain_misses": [{k: c[k] for k in ("pair", "prompt", "n", "priced_chain_vs_better",
                                                    "priced_chain_vs_better_ci", "priced_chain_vs_better_held_out",

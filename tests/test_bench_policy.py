@@ -166,3 +166,12 @@ def test_a_chain_run_drafted_by_one_drafter_alone_is_counted_as_that_drafter():
     chain = {"drafted_by": [{"ngram": 12}, {"ngram": 3, "model": 1}, {"model": 15}, {}, {"ngram": 1}]}
     assert bench_policy.one_drafter_runs(chain) == {"ngram": 2, "model": 1}
     assert bench_policy.one_drafter_runs({}) == {"ngram": 0, "model": 0}    # a file from before the count
+
+
+def test_a_cell_where_no_setting_drafted_is_told_apart():
+    """The losing pair's short answers: even fixed K never drafts (its draft is still reading
+    the prompt), so every setting did the target alone's work and a ratio there is noise."""
+    idle = {"target": {"drafted_by": [{}, {}]}, "K=4": {"drafted_by": [{}, {}]}, "default": {"drafted_by": [{}]}}
+    assert bench_policy.nothing_drafted(idle)
+    assert not bench_policy.nothing_drafted(idle | {"ngram": {"drafted_by": [{}, {"ngram": 1}]}})
+    assert bench_policy.nothing_drafted({"target": {}})     # a file from before drafted_by was kept
