@@ -123,7 +123,7 @@ class Policy(Protocol):
         what an earlier generation learned), once; else None."""
 
     def quiet_rounds(self) -> int:
-        """How many of the next rounds (asked after ``observe``) will be plain target steps
+        """How many of the next rounds (asked before the first and after each ``observe``) will be plain target steps
         this policy need neither choose nor see: the generator runs them without calling
         ``next_k`` or ``observe`` and reports them with :meth:`passed`. Next to a fast target
         step (tens of microseconds) a paused policy's bookkeeping every round is a cost of its
