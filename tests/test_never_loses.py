@@ -71,6 +71,36 @@ def test_a_paused_policy_sees_only_the_rounds_it_measures(cost_pairs, monkeypatc
     assert policy["probe_every_tokens"] > 200
 
 
+def test_a_draft_paused_from_the_start_keeps_what_it_measured_of_the_target(cost_pairs, monkeypatch):
+    """Paused from the start (the draft ~100x the target), an answer measures the target's step
+    and nothing of the draft. That is kept: the next answer measures as rarely as that step
+    allows from its first round, so a 100-token answer beside a ~50 us step is never shown to
+    the policy (each measured round and the one before it cost ~25 us of Python in a 5 ms
+    answer), and it still starts paused for the same reason."""
+    from localspec.engine import DrafterKind, memory
+    from localspec.engine.policy import _PAUSED_SAMPLE, AdaptivePolicy
+
+    seen = []
+    observe = AdaptivePolicy.observe
+    monkeypatch.setattr(AdaptivePolicy, "observe", lambda self, r: seen.append(r.index) or observe(self, r))
+    memory.reset()
+    with make_engine(cost_pairs["small"], cost_pairs["big"], fixed_k=False, draft_max=8, p_min=None) as e:
+        toks = e.tokenize("The quick brown fox")
+        first, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=100)
+        assert seen and not first.policy["seeded"]
+        kept = e.memory.get(DrafterKind.MODEL.value)
+        assert kept["draft_sync"] is None and kept["verify"]["1"] > 0
+        seen.clear()
+        e.reset()
+        second, events = run_to_done(e, toks, sampling=GREEDY, max_tokens=100)
+        assert second.token_ids == first.token_ids and second.summary.drafted == 0
+        assert not seen, "no round of a 100-token answer is measured"
+        assert second.policy["seeded"] and second.policy["paused_rounds_per_measured"] > _PAUSED_SAMPLE
+        notes = [ev.reason for ev in events if isinstance(ev, PolicyNote)]
+        assert len(notes) == 1 and "cannot pay" in notes[0]
+    memory.reset()
+
+
 def test_cheap_accurate_draft_keeps_drafting(cost_pairs):
     done, _, policy = generate(cost_pairs["big"], cost_pairs["small"])
     s = done.summary
@@ -230,13 +260,16 @@ def test_a_chain_whose_model_learned_nothing_starts_it_from_what_it_learned_alon
         run_to_done(e, toks, sampling=GREEDY, max_tokens=60, drafter="ngram")
         lookups = e.memory.get(DrafterKind.NGRAM.value)
         assert lookups
-        # What a chain whose model never drafted left: the lookups' state alone.
-        e.memory.put(DrafterKind.NGRAM_MODEL.value, {"ngram": lookups, "model": None, "model_catchup": None})
-        e.reset()
-        before = e.draft_ctx.decode_seconds
-        chain, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60, drafter="ngram+model")
-        assert chain.policy["model"]["seeded"] and not chain.policy["model"]["drafting"]
-        assert e.draft_ctx.decode_seconds == before, "the paused model read nothing"
+        # What a chain whose model never drafted left: the lookups' state alone, or with the
+        # target's costs its model measured (no draft cost).
+        target_only = {"version": 1, "verify": {"1": 5e-5}, "draft_sync": None, "drafting": True}
+        for model in (None, target_only):
+            e.memory.put(DrafterKind.NGRAM_MODEL.value, {"ngram": lookups, "model": model, "model_catchup": None})
+            e.reset()
+            before = e.draft_ctx.decode_seconds
+            chain, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=60, drafter="ngram+model")
+            assert chain.policy["model"]["seeded"] and not chain.policy["model"]["drafting"]
+            assert e.draft_ctx.decode_seconds == before, "the paused model read nothing"
     memory.reset()
 
 

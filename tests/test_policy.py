@@ -1,5 +1,7 @@
 """The adaptive drafting policy on synthetic measurements."""
 
+import json
+
 import pytest
 
 from localspec.engine.events import Step
@@ -710,6 +712,25 @@ def test_a_paused_policy_next_to_a_fast_target_step_measures_rarer():
         ks, _ = _paused_run_at(p, 4096, step)
         assert not any(ks)
         assert p._verify[1].n - measured == pytest.approx(4096 / p._sample_every, abs=1)
+
+
+def test_a_pair_paused_from_the_start_keeps_the_target_step_it_measured():
+    """A draft no cheaper than the target starts paused and never drafts: what it measures is
+    the target's step alone. That is kept (no draft cost in it), so the next generation starts
+    paused for the same reason but samples as rarely as that step allows from its first round;
+    a generation that measured nothing keeps nothing, and a cheaper draft is not paused by the
+    target's costs alone."""
+    first = AdaptivePolicy(1, 8, size_ratio=114.0)
+    assert not first.drafting and first._sample_every == _PAUSED_SAMPLE
+    assert AdaptivePolicy(1, 8, size_ratio=114.0).learned() is None
+    _paused_run_at(first, 64, 40e-6)
+    learned = first.learned()
+    assert learned["draft_sync"] is None and learned["verify"]["1"] == pytest.approx(40e-6)
+    nxt = AdaptivePolicy(1, 8, learned=json.loads(json.dumps(learned)), size_ratio=114.0)
+    assert not nxt.drafting and "cannot pay" in nxt.opening_note()
+    assert nxt._sample_every == 512 and nxt.quiet_rounds() == 510
+    cheap = AdaptivePolicy(1, 8, learned=learned, size_ratio=0.3)
+    assert cheap.drafting and cheap.next_k() > 0
 
 
 def _paused_run_at(policy, rounds: int, step: float) -> tuple[list, int]:

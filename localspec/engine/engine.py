@@ -192,15 +192,16 @@ class Engine:
         """What seeds this run's policy: the last state learned with this drafter. A chain's
         lookups start from what the lookups learned last, alone or chained (else from what an
         older store kept in the chain's entry); its draft model from what it learned in a
-        chain, else alone (a draft model whose prompt read outlasted every answer learned
-        nothing in one)."""
+        chain, else alone (a draft model whose prompt read outlasted every answer measured
+        only the target in one)."""
         kind = spec.drafter.value
         learned = self.memory.get(kind)
         if spec.drafter is DrafterKind.NGRAM_MODEL:
             learned = dict(learned or {})
             learned[LOOKUP] = self.memory.get(DrafterKind.NGRAM.value) or learned.get(LOOKUP)
-            if not learned.get(MODEL):
-                learned[MODEL] = self.memory.get(DrafterKind.MODEL.value)
+            own = learned.get(MODEL)
+            if not (own and own.get("draft_sync") is not None):   # the chain's model never drafted
+                learned[MODEL] = self.memory.get(DrafterKind.MODEL.value) or own
             learned = learned if learned.get(LOOKUP) or learned.get(MODEL) else None
         return learned
 

@@ -392,13 +392,15 @@ class AdaptivePolicy:
         self.seeded = False
         if learned:
             self._seed(learned)
-        elif size_ratio is not None and size_ratio >= 1.0 and can_pause:
-            # Nothing measured yet, but a draft whose weights are no smaller than the target's
+        if self.drafting and self._sync.value is None and size_ratio is not None and size_ratio >= 1.0 and can_pause:
+            # The draft's costs are not measured yet (a last generation may have measured the
+            # target's alone), but a draft whose weights are no smaller than the target's
             # (on the same device) cannot decode faster than it: drafting cannot pay. Start
             # paused; probes measure the real costs now and then, the first after more tokens
             # the dearer the draft (each of a probe's draft steps costs about the ratio).
             self.drafting = False
             self.pauses = 1
+            self._paused_sampling()   # as rarely from the first round as a known plain step allows
             self._probe_every = int(min(_PROBE_MIN * size_ratio, _PROBE_MAX))
             self._reason = (f"the draft's weights are {size_ratio:.1f}x the target's: drafting cannot pay; "
                             f"drafting paused (next probe after {self._probe_every} tokens)")
@@ -409,9 +411,11 @@ class AdaptivePolicy:
 
     # -- what is carried between generations ---------------------------------------------
     def learned(self) -> dict | None:
-        """What this generation measured, to seed the next one (JSON-serialisable)."""
-        c1 = self.verify_cost(1)
-        if c1 is None or self._sync.value is None:
+        """What this generation measured, to seed the next one (JSON-serialisable). The
+        target's costs alone (``draft_sync`` None) when its draft never ran: a pause from the
+        start (a draft no cheaper than the target) then knows from its first round how rarely
+        to measure next to that target step."""
+        if self.verify_cost(1) is None:
             return None
         return {
             "version": 1,
