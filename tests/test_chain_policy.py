@@ -6,7 +6,7 @@ import pytest
 
 from localspec.engine.chain_policy import LOOKUP, MODEL, ChainPolicy
 from localspec.engine.events import Step
-from localspec.engine.policy import _PAUSED_SAMPLE
+from localspec.engine.policy import _PAUSED_SAMPLE, _REFRESH_MIN
 
 
 def simulate_chain(policy: ChainPolicy, *, target_step, model_step, model_accept, lookup_hit, lookup_accept,
@@ -310,3 +310,36 @@ def test_a_draft_model_that_starts_paused_says_so_in_the_first_round():
                           verify_seconds=0.020, drafting=p.drafting, draft_steps=1 if p.k_lookup else 0,
                           verify_batch=1, source=LOOKUP if p.k_lookup else ""))
     assert note and "draft model: from the last run" in note and "paused" in note
+
+
+def test_lookups_beside_a_model_that_drafts_every_round_do_not_work_out_their_plain_step_each_round():
+    """Where the lookups find nothing and the model drafts every round, each model round
+    decides nothing for the lookups: when their next plain step is due stands as last worked
+    out (working it out, their cost curve, took ~20 us a round between CPU decodes). A plain
+    step changes that, so the round after one works it out again. The rounds are the
+    chain's as before."""
+    first = ChainPolicy.build(1, 8, None, True)
+    simulate_chain(first, target_step=0.010, model_step=0.0005, model_accept=0.8, lookup_hit=0.0,
+                   lookup_accept=0.9, rounds=100)
+    learned = first.learned()
+
+    def run(count: bool):
+        p = ChainPolicy.build(1, 8, None, True, learned=learned)   # the lookups' costs known
+        at = []
+        if count:
+            curve, observe = p.lookup._curve, p.observe
+            now = [0]
+            p.observe = lambda step: now.__setitem__(0, step.index + 1) or observe(step)
+            p.lookup._curve = lambda *a, **kw: at.append(now[0]) or curve(*a, **kw)
+        sources = simulate_chain(p, target_step=0.010, model_step=0.0005, model_accept=0.8, lookup_hit=0.0,
+                                 lookup_accept=0.9, rounds=300)
+        return p, sources, at
+
+    p, sources, at = run(True)
+    assert p.model.drafting and p.lookup.drafting
+    assert sources[30:].count(MODEL) >= 0.95 * len(sources[30:])
+    # worked out in the first rounds (a carried plain step waits _REFRESH_MIN rounds before it
+    # is due) and after a plain step only
+    after_plain = {i + 1 for i, s in enumerate(sources) if s != MODEL}
+    assert set(at) <= after_plain | set(range(_REFRESH_MIN + 1)), (at, after_plain)
+    assert run(False)[1] == sources

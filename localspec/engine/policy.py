@@ -374,7 +374,7 @@ class AdaptivePolicy:
         self._since_probe = 0
         self._steady = 0                        # rounds left that learn without deciding
         self._misses = 0                        # a drafting lookup's misses since its last decision
-        self._lazy = False                      # the last round only learned (a lookup's miss)
+        self._lazy = False                      # the last round only learned (a lookup's miss, another drafter's round)
         self._decided = 0.0                     # seconds the last decision took (timed apart)
         self._decide_cost: float | None = None  # mean seconds a drafting round spends deciding
         self._shift: deque[tuple[float, float]] = deque(maxlen=_SHIFT_ROUNDS)  # (predicted - accepted, variance)
@@ -983,6 +983,12 @@ class AdaptivePolicy:
         self._count_round(r, own=False)
         if r.verify_batch == 1:
             self._since_plain = 0
+            self._lazy = False   # a plain step changes when the next one is due: worked out again
+        else:
+            # Another drafter's round decided nothing here: when the next plain step is due
+            # stands as last worked out, as after a lookup's miss (a chain's lookups beside a
+            # model that drafts every round had worked it out every round, ~20 us).
+            self._lazy = True
         note, self._note = self._note, None
         return note
 
