@@ -223,15 +223,18 @@ def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: N
         for p in prompts:
             rows: dict[str, list] = {s: [] for s in specs}
             order = list(specs)
-            for rep in range(args.runs):
+            rep = 0
+            while rep < args.runs or (sum(r["wall"] for r in rows["target"]) < args.cell_seconds
+                                      and rep < args.max_runs):
                 rot = order[rep % len(order):] + order[:rep % len(order)]
                 for s in rot:
                     rows[s].append(warmed(engine, encoded[p["id"]], specs[s].with_(max_tokens=n), args.warm))
+                rep += 1
             table = cost_table([r["rounds"] for rs in rows.values() for r in rs])
             for rs in rows.values():
                 for r in rs:
                     r["priced_tok_s"] = priced(r, table)
-            cell = {"pair": name, "prompt": p["id"], "category": p["category"], "n": n,
+            cell = {"pair": name, "prompt": p["id"], "category": p["category"], "n": n, "runs": rep,
                     "settings": {s: summary(r) for s, r in rows.items()},
                     "lossless": all(r["ids"] == rows["target"][0]["ids"] for rs in rows.values() for r in rs)}
             if not cell["lossless"]:
@@ -414,7 +417,9 @@ def markdown(paths: list[str]) -> str:
                 ["chain / better", "95% interval", "chain / model", "CPU-time: chain / better"] if chain else []) + (
                 ["priced: chain / better (interval)"] if chain and pricing else []) + (
                 ["priced held-out: chain / better", "chain runs drafted by one drafter alone"] if alone else [])
-            lines += [f"\n{pair['pair']} ({Path(path).name}, {data['runs']} runs, threads {data['threads']}; "
+            runs = sorted({c.get("runs", data["runs"]) for c in cells})
+            runs_text = str(runs[0]) if len(runs) == 1 else f"{runs[0]}-{runs[-1]}"
+            lines += [f"\n{pair['pair']} ({Path(path).name}, {runs_text} runs, threads {data['threads']}; "
                       f"cold default {pair['cold_default']['tok_s']:.1f} tok/s)\n",
                       "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             for c in cells:
@@ -507,6 +512,10 @@ def main(argv=None) -> int:
     ap.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")], default=[128, 512])
     ap.add_argument("--ks", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8])
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--cell-seconds", type=float, default=0.0,
+                    help="repeat a cell's rotation beyond --runs until the target alone's answers in it "
+                         "add up to this many seconds (answers of a few ms: their medians need many runs)")
+    ap.add_argument("--max-runs", type=int, default=200, help="... up to this many repetitions")
     ap.add_argument("--threads", type=int, default=1,
                     help="CPU threads per model (1 by default: on a shared 2-core machine two threads "
                          "wait on each other's time slices)")
@@ -528,7 +537,8 @@ def main(argv=None) -> int:
         print(f"[{time.time() - t0:7.1f}s] {msg}", file=sys.stderr, flush=True)
 
     out = {"command": " ".join(["scripts/bench_policy.py"] + (argv if argv is not None else sys.argv[1:])),
-           "lengths": args.lengths, "ks": args.ks, "runs": args.runs, "threads": args.threads,
+           "lengths": args.lengths, "ks": args.ks, "runs": args.runs, "cell_seconds": args.cell_seconds,
+           "threads": args.threads,
            "backend": backend_name(-1), "machine": platform.processor() or platform.machine(),
            "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "pairs": []}
     Path(args.models).mkdir(parents=True, exist_ok=True)

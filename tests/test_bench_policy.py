@@ -175,3 +175,28 @@ def test_a_cell_where_no_setting_drafted_is_told_apart():
     assert bench_policy.nothing_drafted(idle)
     assert not bench_policy.nothing_drafted(idle | {"ngram": {"drafted_by": [{}, {"ngram": 1}]}})
     assert bench_policy.nothing_drafted({"target": {}})     # a file from before drafted_by was kept
+
+
+def test_a_cell_of_answers_a_few_ms_long_repeats_until_it_has_measured_enough(tiny_target, tiny_draft, tmp_path):
+    """--cell-seconds repeats a cell's rotation beyond --runs until the target alone's answers
+    add up to that many seconds (up to --max-runs): a median of 14 answers of 6 ms swings by
+    several percent. Every setting gets the same number of runs; the tables say how many."""
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(ks=[2], chain_all=False, no_chain=True, threads=1, prompts=["qa-1", "code-1"],
+                           lengths=[8], runs=2, warm=0, cell_seconds=0.03, max_runs=40)
+    entry = bench_policy.run_pair("loses", str(tiny_target), str(tiny_draft), args, log=lambda msg: None)
+    for cell in entry["cells"]:
+        runs = cell["runs"]
+        st = cell["settings"]
+        assert {len(v["runs"]) for v in st.values()} == {runs}
+        assert 2 <= runs <= 40
+        walls = [r / t for r, t in zip([8] * runs, st["target"]["runs"])]
+        assert sum(walls) >= 0.03 or runs == 40
+        assert runs > 2, "8-token answers of a tiny model need more than two runs to add up to 30 ms"
+    data = {"runs": 2, "threads": 1, "pairs": [entry]}
+    entry["cells"][1]["runs"] = entry["cells"][0]["runs"] + 5
+    lo, hi = entry["cells"][0]["runs"], entry["cells"][1]["runs"]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    assert f"{lo}-{hi} runs" in bench_policy.markdown([str(path)])

@@ -261,9 +261,9 @@ def test_a_chain_whose_model_learned_nothing_starts_it_from_what_it_learned_alon
         lookups = e.memory.get(DrafterKind.NGRAM.value)
         assert lookups
         # What a chain whose model never drafted left: the lookups' state alone, or with the
-        # target's costs its model measured (no draft cost).
+        # target's costs its model measured (no draft cost); or a hand-damaged entry.
         target_only = {"version": 1, "verify": {"1": 5e-5}, "draft_sync": None, "drafting": True}
-        for model in (None, target_only):
+        for model in (None, target_only, "damaged"):
             e.memory.put(DrafterKind.NGRAM_MODEL.value, {"ngram": lookups, "model": model, "model_catchup": None})
             e.reset()
             before = e.draft_ctx.decode_seconds

@@ -523,6 +523,9 @@ def test_costs_rising_with_the_context_keep_long_drafts_worth_it():
 def test_damaged_learned_state_is_ignored():
     p = AdaptivePolicy(1, 8, learned={"verify": {"1": "x"}, "draft_sync": None})
     assert not p.seeded and p.next_k() == 3
+    for damaged in ("x", [1, 2], 7):   # a chain's entry for one of its drafters, hand-edited
+        p = AdaptivePolicy(1, 8, learned=damaged, size_ratio=114.0)
+        assert not p.seeded and not p.drafting and "cannot pay" in p.opening_note()
 
 
 def test_fixed_and_bad_values():

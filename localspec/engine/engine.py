@@ -200,7 +200,7 @@ class Engine:
             learned = dict(learned or {})
             learned[LOOKUP] = self.memory.get(DrafterKind.NGRAM.value) or learned.get(LOOKUP)
             own = learned.get(MODEL)
-            if not (own and own.get("draft_sync") is not None):   # the chain's model never drafted
+            if not (isinstance(own, dict) and own.get("draft_sync") is not None):   # it never drafted in a chain
                 learned[MODEL] = self.memory.get(DrafterKind.MODEL.value) or own
             learned = learned if learned.get(LOOKUP) or learned.get(MODEL) else None
         return learned

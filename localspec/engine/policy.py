@@ -390,7 +390,7 @@ class AdaptivePolicy:
         self._reason: str | None = "starting: measuring draft and target costs"
         self.predicted_speedup = 1.0
         self.seeded = False
-        if learned:
+        if isinstance(learned, dict) and learned:   # (anything else: a damaged store, start from nothing)
             self._seed(learned)
         if self.drafting and self._sync.value is None and size_ratio is not None and size_ratio >= 1.0 and can_pause:
             # The draft's costs are not measured yet (a last generation may have measured the
