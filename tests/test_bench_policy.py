@@ -200,3 +200,18 @@ def test_a_cell_of_answers_a_few_ms_long_repeats_until_it_has_measured_enough(ti
     path = tmp_path / "r.json"
     path.write_text(json.dumps(data))
     assert f"{lo}-{hi} runs" in bench_policy.markdown([str(path)])
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7, 8])
+def test_each_setting_follows_every_other_equally_often(n):
+    """A plain rotation kept the default behind K=8 in every repetition; the orders put each
+    setting right after every other, and in every place, equally often."""
+    from collections import Counter
+
+    rows = bench_policy.orders(n)
+    assert len(rows) == (n if n % 2 == 0 else 2 * n)
+    assert all(sorted(row) == list(range(n)) for row in rows)
+    after = Counter((a, b) for row in rows for a, b in zip(row, row[1:]))
+    assert len(after) == n * (n - 1) and len(set(after.values())) == 1
+    places = Counter((i, x) for row in rows for i, x in enumerate(row))
+    assert len(places) == n * n and len(set(places.values())) == 1
