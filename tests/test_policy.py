@@ -1096,3 +1096,31 @@ def test_position_counts_decay_as_one_factor_exactly():
         p._sync.prior = 1e-5
     for k in (1, 4, 8, 16, 32):
         assert pol.predict(k) == pytest.approx(twin.predict(k), rel=1e-9)
+
+
+@pytest.mark.parametrize("spike", [1.0, 10.0, 100.0])
+def test_one_spiky_plain_step_does_not_keep_a_losing_draft_drafting(spike):
+    """A draft 20x the target's step, every token accepted: drafting loses. When the one plain
+    step measured so far is a spike (the process descheduled mid-decode: it read 100x its
+    cost), the plain step looked dearer than the verify batches measured beside it, every
+    drafted token looked like a gain and a refresh too dear to take: the policy drafted ~70
+    rounds (a flaky `test_expensive_draft_ends_up_target_only`). A plain step dearer than a
+    measured larger batch is measured again, so the spike costs one plain round."""
+    p = AdaptivePolicy(1, 8)
+    now = [0.0]
+    p._clock = lambda: now[0]
+    target, draft, plain, ks = 0.001, 0.020, 0, []
+    for i in range(200):
+        k = p.next_k()
+        ks.append(k)
+        if k == 0:
+            v, d = target * (spike if plain == 0 else 1.0), 0.0
+            plain += 1
+        else:
+            v, d = target * (1 + 0.05 * k), draft * k
+        now[0] += v + d
+        p.observe(Step(index=i, k=k, drafted=k, accepted=k, emitted=k + 1, draft_seconds=d, verify_seconds=v,
+                       drafting=p.drafting, draft_steps=k, verify_batch=k + 1, sync_tokens=1 if k else 0,
+                       sync_seconds=draft if k else 0.0, probe=p.probe))
+    assert not p.drafting and p.pauses >= 1
+    assert sum(1 for k in ks[:40] if k) <= 3, ks[:40]

@@ -68,6 +68,7 @@ _REFRESH_FIRST = 0.02    # ... while it has fewer than three samples
 _SEEDED_CHECK = 0.15     # a seeded generation predicting less gain than this measures its plain step
 _REFRESH_MIN = 12        # drafting rounds between plain-step measurements, at least
 _REFRESH_MAX = 400
+_SPIKE = 1.5             # a plain step measured this much dearer than a larger batch is re-measured
 _WINDOW = 16             # samples kept per cost
 _PROBE_K = 4             # a probe drafts at least this many tokens
 _PROBE_MIN = 8
@@ -868,6 +869,12 @@ class AdaptivePolicy:
             # (a lookup's misses measure the target's plain decode, not a plain round): one
             # plain round tells what drafting adds to the loop's own time.
             return False
+        if s.n and s.prior is None and len(s.xs) < _WINDOW and s.value > _SPIKE * self._cheapest_batch():
+            # A plain step dearer than a measured batch of several tokens is a spike (the
+            # process descheduled mid-decode) that a few samples cannot trim away: believed,
+            # it made every drafted token look like a gain and a refresh look too dear to take
+            # (a draft 20x the target drafted ~70 rounds). Measure it again.
+            return False
         if (self._steady or self._lazy) and self._every is not None:
             return self._since_plain < self._every   # no decision last round: as the last one worked out
         self._every = None
@@ -889,6 +896,10 @@ class AdaptivePolicy:
         every = lost / (budget * seconds) if seconds > 0 else _REFRESH_MIN
         self._every = min(max(every, _REFRESH_MIN), _REFRESH_MAX)
         return self._since_plain < self._every
+
+    def _cheapest_batch(self) -> float:
+        """The lowest measured cost of a verify batch larger than one (inf: none measured)."""
+        return min((v.value for b, v in self._verify.items() if b > 1 and v.n), default=math.inf)
 
     def _count_round(self, r: Step, own: bool = True) -> None:
         """Every round: the tokens it emitted, what its target decode cost, and its time
