@@ -531,7 +531,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ks", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4, 8])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--cell-seconds", type=float, default=0.0,
-                    help="repeat a cell's rotation beyond --runs until the target alone's answers in it "
+                    help="repeat a cell's repetitions beyond --runs until the target alone's answers in it "
                          "add up to this many seconds (answers of a few ms: their medians need many runs)")
     ap.add_argument("--max-runs", type=int, default=200, help="... up to this many repetitions")
     ap.add_argument("--threads", type=int, default=1,
