@@ -124,8 +124,8 @@ class Policy(Protocol):
         what an earlier generation learned), once; else None."""
 
     def quiet_rounds(self) -> int:
-        """How many of the next rounds (asked before the first and after each ``observe``) will be plain target steps
-        this policy need neither choose nor see: the generator runs them without calling
+        """How many of the next rounds (asked before the first and after each ``observe``)
+        will be plain target steps this policy need neither choose nor see: the generator runs them without calling
         ``next_k`` or ``observe`` and reports them with :meth:`passed`. Next to a fast target
         step (tens of microseconds) a paused policy's bookkeeping every round is a cost of its
         own."""
@@ -375,7 +375,7 @@ class AdaptivePolicy:
         self._since_probe = 0
         self._steady = 0                        # rounds left that learn without deciding
         self._misses = 0                        # a drafting lookup's misses since its last decision
-        self._lazy = False                      # the last round only learned (a lookup's miss, another drafter's round)
+        self._lazy = False                      # the last round only learned (a miss, another's round)
         self._decided = 0.0                     # seconds the last decision took (timed apart)
         self._decide_cost: float | None = None  # mean seconds a drafting round spends deciding
         self._shift: deque[tuple[float, float]] = deque(maxlen=_SHIFT_ROUNDS)  # (predicted - accepted, variance)
@@ -970,9 +970,8 @@ class AdaptivePolicy:
         bookkeeping (it and the round before it ask and tell the policy: ~50 us of Python
         between two CPU decodes, and the weights it evicts, which the next decode reads again)
         was 1.5-3% of the losing pair's 40 us rounds at one in 32; a real model's step is
-        hundreds of times longer. A power of
-        two times 32, so a chain's two policies, which share the rounds, measure the same ones
-        (the rarer one's a subset of the other's)."""
+        hundreds of times longer. A power of two times 32, so a chain's two policies, which
+        share the rounds, measure the same ones (the rarer one's a subset of the other's)."""
         c1 = self.verify_cost(1)
         every = _PAUSED_SAMPLE
         if c1:
