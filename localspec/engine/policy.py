@@ -125,10 +125,10 @@ class Policy(Protocol):
 
     def quiet_rounds(self) -> int:
         """How many of the next rounds (asked before the first and after each ``observe``)
-        will be plain target steps this policy need neither choose nor see: the generator runs them without calling
-        ``next_k`` or ``observe`` and reports them with :meth:`passed`. Next to a fast target
-        step (tens of microseconds) a paused policy's bookkeeping every round is a cost of its
-        own."""
+        will be plain target steps this policy need neither choose nor see: the generator
+        runs them without calling ``next_k`` or ``observe`` and reports them with
+        :meth:`passed`. Next to a fast target step (tens of microseconds) a paused policy's
+        bookkeeping every round is a cost of its own."""
 
     def passed(self, rounds: int, tokens: int) -> None:
         """``rounds`` quiet plain rounds went by, emitting ``tokens``."""
