@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from ..models.fingerprint import pair_key
-from ..paths import read_json, write_json
+from ..paths import read_json, update_json
 
 FILE = "tuned.json"
 
@@ -20,15 +20,10 @@ def load() -> dict:
     return read_json(FILE)
 
 
-def _save(data: dict) -> None:
-    write_json(FILE, data)
-
-
 def store(key: str, entry: dict) -> None:
-    data = load()
+    """Keep ``entry`` (stamped with the time) under ``key``, beside every other process's entries."""
     entry = dict(entry, tuned_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
-    data[key] = entry
-    _save(data)
+    update_json(FILE, lambda data: data.__setitem__(key, entry))
 
 
 def lookup(target: str | Path, draft: str | Path | None, backend: str) -> dict | None:
@@ -48,14 +43,16 @@ def lookup_mtp(target: str | Path, head: str | Path | None, backend: str) -> dic
 
 
 def reset(key: str | None = None) -> int:
-    data = load()
-    if key is None:
+    """Forget every tuned setting (``key`` None) or one; how many were forgotten."""
+
+    def forget(data: dict) -> int:
+        if key is not None:
+            return 1 if data.pop(key, None) is not None else 0
         n = len(data)
-        data = {}
-    else:
-        n = 1 if data.pop(key, None) is not None else 0
-    _save(data)
-    return n
+        data.clear()
+        return n
+
+    return update_json(FILE, forget)
 
 
 def describe(settings: dict) -> str:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..models.fingerprint import pair_key
-from ..paths import read_json, write_json
+from ..paths import read_json, update_json
 
 FILE = "learned.json"
 
@@ -22,16 +22,15 @@ def load() -> dict:
     return read_json(FILE)
 
 
-def _save(data: dict) -> None:
-    write_json(FILE, data)
-
-
 def reset() -> int:
     """Forget everything learned; the number of entries forgotten."""
-    n = len(load())
-    if n:
-        _save({})
-    return n
+
+    def clear(data: dict) -> int:
+        n = len(data)
+        data.clear()
+        return n
+
+    return update_json(FILE, clear)
 
 
 class Memory:
@@ -67,12 +66,11 @@ class Memory:
         key = self.key(drafter)
         if key is None:
             return
+        entry = {"target": Path(self.target).name, "draft": Path(self.draft).name if self.draft else None,
+                 "backend": self.backend, "drafter": drafter, "state": state,
+                 "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         try:
-            data = load()
-            data[key] = {"target": Path(self.target).name, "draft": Path(self.draft).name if self.draft else None,
-                         "backend": self.backend, "drafter": drafter, "state": state,
-                         "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-            _save(data)
+            update_json(FILE, lambda data: data.__setitem__(key, entry))
         except OSError:
             pass   # a read-only home: keep it for this process only
 
@@ -88,7 +86,10 @@ class Memory:
         """Forget this pair's states here and on disk."""
         self._states.clear()
         if self.persist and self._key is not None:
-            data = load()
-            for k in [k for k in data if k.startswith(self._key + "|")]:
-                del data[k]
-            _save(data)
+            prefix = self._key + "|"
+
+            def drop(data: dict) -> None:
+                for k in [k for k in data if k.startswith(prefix)]:
+                    del data[k]
+
+            update_json(FILE, drop)

@@ -1,22 +1,20 @@
 """The local store: which models and pairs are ready to use, in one JSON registry.
 
-Writes are atomic (a temporary file renamed over the registry) and serialised with a lock
-file, so two localspec processes never corrupt it. Entries point at files where they
+Every read and every read-modify-write holds the registry's lock
+(:func:`localspec.paths.locked`, on POSIX and Windows alike) and a write replaces the file
+atomically, so two localspec processes never lose each other's entries nor corrupt it. Entries point at files where they
 already live (the Hugging Face cache, or wherever an imported file is).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput
-from ..paths import home
+from ..paths import home, locked, write_text_atomic
 
 REGISTRY = "registry.json"
 
@@ -67,16 +65,17 @@ class Store:
         self.root.mkdir(parents=True, exist_ok=True)
         self.path = self.root / REGISTRY
 
-    @contextlib.contextmanager
     def _locked(self):
-        with open(self.root / (REGISTRY + ".lock"), "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        return locked(self.path)
 
     def _read(self) -> dict:
+        try:
+            with self._locked():
+                return self._read_unlocked()
+        except OSError:   # a read-only store: no lock file can be made
+            return self._read_unlocked()
+
+    def _read_unlocked(self) -> dict:
         if not self.path.exists():
             return {"models": {}, "pairs": {}}
         try:
@@ -88,9 +87,7 @@ class Store:
         return data
 
     def _write(self, data: dict) -> None:
-        tmp = self.path.with_name(f"{REGISTRY}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, json.dumps(data, indent=2, sort_keys=True))
 
     # -- reading ----------------------------------------------------------------------
     def models(self) -> list[ModelEntry]:

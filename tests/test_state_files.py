@@ -1,0 +1,127 @@
+"""State files survive two processes writing at once: every update holds the file's lock and
+replaces it atomically, so no process loses another's keys."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from localspec import paths
+from localspec.models.store import ModelEntry, Store
+
+WRITES = 200
+
+# Each writer waits for the go file, so the two run their updates at the same time.
+WRITER = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+
+    which, tag, go = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    from localspec import paths
+    from localspec.bench import tuning
+    from localspec.engine import memory
+    from localspec.models.store import ModelEntry, Store
+
+    Path(go.with_suffix("." + tag)).touch()
+    while not go.exists():
+        time.sleep(0.001)
+    for i in range({writes}):
+        key = f"{{tag}}-{{i}}"
+        if which == "update_json":
+            paths.update_json("state.json", lambda data: data.__setitem__(key, i))
+        elif which == "tuned":
+            tuning.store(key, {{"draft_max": i}})
+        elif which == "learned":
+            memory.Memory(sys.argv[4], None, "cpu").put(key, {{"k": i}})
+        elif which == "registry":
+            Store().add_model(ModelEntry(name=key, path="/nowhere/" + key))
+""").format(writes=WRITES)
+
+
+def _two_writers(tmp_path: Path, which: str) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    go = tmp_path / "go"
+    env = {**os.environ, "LOCALSPEC_HOME": str(home)}
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, which, tag, str(go), str(model)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for tag in ("a", "b")]
+    try:
+        while not all(go.with_suffix("." + tag).exists() for tag in ("a", "b")):
+            for p in procs:
+                if p.poll() is not None:
+                    pytest.fail(p.stderr.read())
+        go.touch()
+        for p in procs:
+            _, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+
+@pytest.mark.parametrize("which,file", [("update_json", "state.json"), ("tuned", "tuned.json"),
+                                        ("learned", "learned.json")])
+def test_two_processes_keep_every_key(tmp_path, which, file):
+    _two_writers(tmp_path, which)
+    data = json.loads((tmp_path / "home" / file).read_text())
+    assert len(data) == 2 * WRITES
+    assert {k.rsplit("|", 1)[-1] for k in data} == {f"{t}-{i}" for t in "ab" for i in range(WRITES)}
+
+
+def test_two_processes_keep_every_registry_entry(tmp_path):
+    _two_writers(tmp_path, "registry")
+    data = json.loads((tmp_path / "home" / "registry.json").read_text())
+    assert set(data["models"]) == {f"{t}-{i}" for t in "ab" for i in range(WRITES)}
+
+
+def test_update_returns_what_the_change_returns_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    assert paths.update_json("s.json", lambda d: d.setdefault("n", 7)) == 7
+    assert paths.update_json("s.json", lambda d: d.pop("n")) == 7
+    assert paths.read_json("s.json") == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.json", "s.json.lock"]
+
+
+def test_an_unreadable_file_reads_as_empty_and_is_replaced_whole(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    (tmp_path / "s.json").write_text("{ half a fi")
+    assert paths.read_json("s.json") == {}
+    paths.update_json("s.json", lambda d: d.update(k=1))
+    assert json.loads((tmp_path / "s.json").read_text()) == {"k": 1}
+
+
+def test_a_lock_held_elsewhere_times_out_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    monkeypatch.setattr(paths, "LOCK_TIMEOUT", 0.05)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, filelock
+        lock = filelock.FileLock({str(tmp_path / 's.json.lock')!r})
+        lock.acquire()
+        print("held", flush=True)
+        sys.stdin.read()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(paths.StateLockTimeout, match=r"s\.json: another localspec process") as exc:
+            paths.update_json("s.json", lambda d: d.update(k=1))
+        assert "\n" not in str(exc.value)
+    finally:
+        holder.communicate("")
+    assert paths.read_json("s.json") == {}
+
+
+def test_the_lock_is_reentrant_within_a_thread(tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    paths.update_json("s.json", lambda d: d.update(inner=paths.read_json("s.json")))
+    assert paths.read_json("s.json") == {"inner": {}}
+    store = Store(tmp_path)
+    store.add_model(ModelEntry(name="m", path="/m.gguf"))
+    assert [m.name for m in store.models()] == ["m"]
