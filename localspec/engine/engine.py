@@ -12,7 +12,6 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..chat.template import chat_tokens
 from ..errors import BadInput, IncompatiblePair
 from ..models.compat import check_files
 from .backend import CACHE_TYPES, Context, Model, default_threads
@@ -24,6 +23,7 @@ from .generator import Generator
 from .memory import Memory
 from .mtp import MtpDrafter, open_mtp_head
 from .spec import DrafterKind, RunSpec
+from .template import chat_tokens
 
 DEFAULT_ROLLBACK_DEPTH = RunSpec.draft_max + 1
 

@@ -2,6 +2,10 @@
 
 A chat template comes from a downloaded file, so it is untrusted input: it is rendered in
 Jinja's immutable sandbox (no attribute access to internals, no mutation of our objects).
+The statements beyond plain Jinja that llama.cpp's and transformers' template engines take
+render too: ``{% generation %}...{% endgeneration %}`` (it marks the assistant's tokens for
+training; a prompt keeps its body as it is), ``{% break %}`` / ``{% continue %}`` and
+``{% do expression %}``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import json
 from datetime import datetime
 
 import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import LocalspecError
@@ -31,9 +37,19 @@ def _tojson(value, indent=None, ensure_ascii=False, **_):
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
 
 
+class GenerationBlocks(Extension):
+    """``{% generation %}body{% endgeneration %}`` renders ``body`` unchanged."""
+
+    tags = {"generation"}
+
+    def parse(self, parser) -> list[nodes.Node]:
+        next(parser.stream)   # the tag's own name
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+                                        extensions=["jinja2.ext.loopcontrols", "jinja2.ext.do", GenerationBlocks])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -51,7 +67,21 @@ def _compiled(template: str) -> jinja2.Template:
 
 def render_chat(template: str | None, messages: list[dict], *, bos_token: str = "",
                 eos_token: str = "", add_generation_prompt: bool = True) -> str:
-    """Render ``messages`` (dicts with role and content) with a chat template."""
+    """Render ``messages`` with a chat template.
+
+    Args:
+        template: the Jinja source; None renders ChatML.
+        messages: dicts with a role and a content.
+        bos_token, eos_token: the texts the template may place.
+        add_generation_prompt: end with the opening of the assistant's turn.
+
+    Returns:
+        The prompt text.
+
+    Raises:
+        LocalspecError: a message lacks a role or content, or the template fails or tries
+            something the sandbox forbids (one line).
+    """
     for m in messages:
         if not isinstance(m, dict) or "role" not in m or "content" not in m:
             raise LocalspecError("each chat message needs a role and a content")
@@ -66,7 +96,19 @@ def render_chat(template: str | None, messages: list[dict], *, bos_token: str = 
 
 
 def chat_tokens(model, messages: list[dict]) -> list[int]:
-    """Render with the model's template and tokenize, adding BOS once when the model wants it."""
+    """Render with the model's template and tokenize, adding BOS once when the model wants it.
+
+    Args:
+        model: a loaded :class:`~localspec.engine.backend.Model` (its template, BOS/EOS and
+            tokenizer).
+        messages: as for :func:`render_chat`.
+
+    Returns:
+        The prompt's token ids.
+
+    Raises:
+        LocalspecError: as :func:`render_chat`.
+    """
     bos = model.token_text(model.bos) if model.bos >= 0 else ""
     eos = model.token_text(model.eos) if model.eos >= 0 else ""
     text = render_chat(model.chat_template(), messages, bos_token=bos, eos_token=eos)
