@@ -1,7 +1,18 @@
-"""The HTTP routes (Starlette) and the guard around them: API key, body limit, no tracebacks.
+"""The HTTP routes (Starlette) and the layers around them: CORS, API key, body limit, no tracebacks.
 
 Requests are turned into jobs on the event loop (parsing, chat template, tokenizing: fast,
-and in arrival order); generation happens on the scheduler's worker thread.
+and in arrival order); generation happens on the scheduler's worker thread. Besides the
+OpenAI routes, llama-server's own are served in its shapes (:mod:`.llama`): ``/props``,
+``/slots``, ``/tokenize``, ``/detokenize`` and the native ``/completion``.
+
+A request may name any ``model``: the loaded pair answers it, and the response names the real
+model (``strict_model`` makes another name a 404 instead).
+
+CORS: browsers let a page call this server only when it answers with CORS headers. By default
+only pages served from this machine (``http://localhost:*``, ``http://127.0.0.1:*``,
+``http://[::1]:*``, as Ollama does) get them: any web page a user visits could otherwise make
+their browser use the model (and read its answers) through a server on loopback. ``cors``
+adds origins, ``"*"`` allows any.
 """
 
 from __future__ import annotations
@@ -13,23 +24,31 @@ import time
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..engine import Done, Engine, RunSpec, StopReason
 from ..errors import LocalspecError
-from . import translate
+from . import llama, translate
 from .errors import ApiError
 from .live import LiveState
 from .metrics import Metrics
-from .responses import DONE, Shape, sse
+from .responses import Shape, sse
 from .scheduler import Channel, Job, Scheduler
 
 log = logging.getLogger("localspec.server")
 
-_ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
+_ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/completion": "completion"}
+
+# Origins allowed without --cors: pages served from this machine, any port.
+LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
+
+# Routes that need no API key (liveness probes).
+_OPEN = ("/health", "/v1/health")
 
 
 @dataclass
@@ -44,6 +63,8 @@ class ServerContext:
     base: RunSpec                   # the server's defaults: drafter, tuned drafting settings
     api_key: str | None = None
     max_body: int = 8 << 20
+    strict_model: bool = False      # True: a request naming another model is a 404
+    cors: tuple[str, ...] = ()      # origins allowed besides loopback ones; "*": any
     started: int = field(default_factory=lambda: int(time.time()))
 
     def refused(self, endpoint: str, error: ApiError) -> Response:
@@ -61,9 +82,12 @@ def build_app(ctx: ServerContext):
                              "generating": ctx.scheduler.busy}, status_code=503 if closing else 200)
 
     def model_card() -> dict:
+        """The served pair: its id, and the target and draft (files and models) in ``meta``."""
         info = ctx.engine.describe()
+        draft = info.get("draft", {})
         return {"id": ctx.model_id, "object": "model", "created": ctx.started, "owned_by": "localspec",
-                "meta": {"target": info["target"]["model"], "draft": info.get("draft", {}).get("model"),
+                "meta": {"target": info["target"]["model"], "draft": draft.get("model"),
+                         "target_file": info["target"]["path"], "draft_file": draft.get("path"),
                          "drafter": ctx.base.drafter.value, "drafters": info["drafters"], "n_ctx": info["n_ctx"]}}
 
     async def models(request: Request) -> Response:
@@ -71,9 +95,28 @@ def build_app(ctx: ServerContext):
 
     async def model(request: Request) -> Response:
         name = request.path_params["name"]
-        if name != ctx.model_id:
+        if name != ctx.model_id and ctx.strict_model:
             raise _unknown_model(name, ctx.model_id)
         return JSONResponse(model_card())
+
+    async def props(request: Request) -> Response:
+        return JSONResponse(llama.props(ctx.engine, ctx.base, ctx.model_id, busy=ctx.scheduler.busy))
+
+    async def slots(request: Request) -> Response:
+        job = ctx.scheduler.current
+        spec = job.spec if job is not None else ctx.base
+        n_ctx = ctx.engine.target_ctx.n_ctx
+        return JSONResponse([llama.slot(spec, n_ctx, task=int(job.id) if job else -1, busy=job is not None,
+                                        n_predict=job.spec.max_tokens if job else -1)])
+
+    async def tokenize(request: Request) -> Response:
+        return await _utility(ctx, request, llama.tokenize)
+
+    async def detokenize(request: Request) -> Response:
+        return await _utility(ctx, request, llama.detokenize)
+
+    async def completion(request: Request) -> Response:
+        return await _generate(ctx, request, "completion")
 
     async def metrics(request: Request) -> Response:
         return Response(ctx.metrics.render(), headers={"Content-Type": ctx.metrics.content_type})
@@ -87,18 +130,56 @@ def build_app(ctx: ServerContext):
     async def http_error(request: Request, exc: HTTPException) -> Response:
         return ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}").response()
 
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        return exc.response()
+
     async def server_error(request: Request, exc: Exception) -> Response:
         return ApiError(500, f"internal error: {type(exc).__name__}").response()
 
     app = Starlette(routes=[
         Route("/health", health),
+        Route("/v1/health", health),
         Route("/v1/models", models),
         Route("/v1/models/{name:path}", model),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/completion", completion, methods=["POST"]),
+        Route("/props", props),
+        Route("/slots", slots),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
         Route("/metrics", metrics),
-    ], exception_handlers={HTTPException: http_error, Exception: server_error})
-    return Guard(app, ctx)
+    ], exception_handlers={ApiError: api_error, HTTPException: http_error, Exception: server_error})
+    return Cors(Guard(app, ctx), ctx.cors)
+
+
+class Cors(CORSMiddleware):
+    """Starlette's CORS middleware, outermost (a browser's preflight carries no API key):
+    loopback origins always, ``origins`` on top (``"*"``: any; a page of a listed origin may
+    also reach this server on a private address). A preflight from an origin not allowed is
+    refused with a 403 and no CORS headers, so the browser blocks the request."""
+
+    def __init__(self, app, origins: tuple[str, ...] = ()):
+        any_origin = "*" in origins
+        super().__init__(app, allow_origins=["*"] if any_origin else list(origins),
+                         allow_origin_regex=None if any_origin else LOOPBACK_ORIGINS,
+                         allow_methods=["GET", "POST", "OPTIONS"], allow_headers=["*"],
+                         allow_private_network=bool(origins), expose_headers=["Retry-After"], max_age=600)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            origin = Headers(scope=scope).get("origin")
+            preflight = scope["method"] == "OPTIONS" and "access-control-request-method" in Headers(scope=scope)
+            if origin is not None and not preflight and not self.is_allowed_origin(origin):
+                return await self.app(scope, receive, send)   # answered, but with no CORS headers at all
+        await super().__call__(scope, receive, send)
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        origin = request_headers["origin"]
+        if not self.is_allowed_origin(origin):
+            return ApiError(403, f"origin {origin} may not call this server (start it with --cors {origin} to "
+                                 "allow it)", code="origin_not_allowed").response()
+        return super().preflight_response(request_headers)
 
 
 class Guard:
@@ -112,7 +193,7 @@ class Guard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        if self._key is not None and scope["path"] != "/health":
+        if self._key is not None and scope["path"] not in _OPEN:
             scheme, _, key = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
             if scheme.lower() != b"bearer" or not hmac.compare_digest(key.strip(), self._key):
                 err = ApiError(401, "missing or wrong API key: send Authorization: Bearer KEY",
@@ -163,26 +244,40 @@ def _prompt(ctx: ServerContext, body: dict, kind: str) -> list[int]:
     return list(prompt)
 
 
-async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response:
-    """Parse, queue, and answer one chat or text completion, streamed or whole."""
+async def _utility(ctx: ServerContext, request: Request, answer) -> Response:
+    """A route that reads a JSON body and answers at once (/tokenize, /detokenize)."""
     try:
         body = translate.parse_json(await _read_body(request, ctx.max_body))
-        translate.check_request(body)
+        return JSONResponse(answer(ctx.engine, body))
+    except ApiError as err:
+        return err.response()
+
+
+async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response:
+    """Parse, queue, and answer one chat, text or llama-server completion, streamed or whole."""
+    try:
+        body = translate.parse_json(await _read_body(request, ctx.max_body))
+        translate.check_request(body, kind)
         name = body.get("model")
-        if name not in (None, "", ctx.model_id):
+        if name is not None and not isinstance(name, str):
+            raise ApiError(400, "model must be a string", param="model")
+        if ctx.strict_model and name not in (None, "", ctx.model_id):
             raise _unknown_model(name, ctx.model_id)
         prompt = _prompt(ctx, body, kind)
         spec = translate.run_spec(body, ctx.base, len(prompt), ctx.engine.target_ctx.n_ctx, ctx.engine.drafters)
         stream = bool(body.get("stream"))
-        opts = body.get("stream_options")
-        include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
-        job = Job(kind, prompt, spec, Channel(asyncio.get_running_loop()), stream=stream)
+        job = Job(kind, prompt, spec, Channel(asyncio.get_running_loop()), stream=stream,
+                  cache_prompt=translate.cache_prompt(body))
         ctx.scheduler.submit(job)
     except ApiError as err:
         return ctx.refused(kind, err)
-    shape = Shape(kind, job.id, ctx.model_id)
+    if kind == "completion":
+        shape = llama.Native(ctx.engine, spec, ctx.model_id, translate.completion_prompt(body),
+                             translate.n_predict(body))
+    else:
+        shape = Shape(kind, job.id, ctx.model_id, translate.include_usage(body))
     if stream:
-        return StreamingResponse(_stream(ctx, job, shape, include_usage), media_type="text/event-stream",
+        return StreamingResponse(_stream(ctx, job, shape), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     return await _whole(ctx, request, job, shape)
 
@@ -192,7 +287,7 @@ def _shutdown_error(done: Done) -> ApiError:
                          f"{done.summary.n_generated} tokens", code="shutting_down")
 
 
-async def _whole(ctx: ServerContext, request: Request, job: Job, shape: Shape) -> Response:
+async def _whole(ctx: ServerContext, request: Request, job: Job, shape) -> Response:
     """Wait for the answer, cancelling the job if the client goes away first."""
     result = asyncio.ensure_future(job.channel.get())
     gone = asyncio.ensure_future(_disconnect(request))
@@ -206,7 +301,7 @@ async def _whole(ctx: ServerContext, request: Request, job: Job, shape: Shape) -
             return item.response()
         if item.stop_reason is StopReason.CANCELLED and job.cancel_reason == "shutdown":
             return _shutdown_error(item).response()
-        return JSONResponse(shape.complete(item.text, item.stop_reason, item.summary))
+        return JSONResponse(shape.whole(item))
     finally:
         for task in (result, gone):
             task.cancel()
@@ -218,16 +313,18 @@ async def _disconnect(request: Request) -> None:
         pass
 
 
-async def _stream(ctx: ServerContext, job: Job, shape: Shape, include_usage: bool):
+async def _stream(ctx: ServerContext, job: Job, shape):
     """Server-sent events: the role, text as it comes (several tokens per event when the client
-    reads slower than the engine writes), the closing chunk with usage and timings, [DONE].
+    reads slower than the engine writes), the closing chunk with the timings (and the usage
+    chunk when asked for), [DONE]; ``shape`` (a :class:`Shape`, or llama-server's
+    :class:`llama.Native`) words each event.
 
     Starlette cancels this generator when the client disconnects; ``finally`` then cancels the
     job, which the engine notices at its next round."""
     finished = False
     try:
-        if shape.chat:
-            yield shape.chunk(role=True)
+        for event in shape.head():
+            yield event
         while True:
             texts: list[str] = []
             for item in await job.channel.get():
@@ -235,7 +332,7 @@ async def _stream(ctx: ServerContext, job: Job, shape: Shape, include_usage: boo
                     texts.append(item)
                     continue
                 if texts:
-                    yield shape.chunk("".join(texts))
+                    yield shape.piece("".join(texts))
                     texts = []
                 finished = True
                 if isinstance(item, ApiError):
@@ -243,13 +340,13 @@ async def _stream(ctx: ServerContext, job: Job, shape: Shape, include_usage: boo
                 elif item.stop_reason is StopReason.CANCELLED and job.cancel_reason == "shutdown":
                     yield sse(_shutdown_error(item).body())
                 else:
-                    yield shape.chunk(reason=item.stop_reason, s=item.summary)
-                    if include_usage:
-                        yield shape.usage_chunk(item.summary)
-                yield DONE
+                    for event in shape.tail(item):
+                        yield event
+                if shape.end:
+                    yield shape.end
                 return
             if texts:
-                yield shape.chunk("".join(texts))
+                yield shape.piece("".join(texts))
     finally:
         if not finished:
             ctx.scheduler.cancel(job, "cancelled")

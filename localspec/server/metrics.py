@@ -23,7 +23,7 @@ TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60
 TOKEN_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 OUTCOMES = ("stop", "length", "cancelled", "shutdown", "error", "bad_request", "unauthorized", "queue_full")
-ENDPOINTS = ("chat", "completions")
+ENDPOINTS = ("chat", "completions", "completion")   # /completion: llama-server's native one
 
 
 class Metrics:

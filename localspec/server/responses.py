@@ -1,7 +1,10 @@
 """The objects a client reads: completions, stream chunks, ``usage`` and llama-server's ``timings``.
 
 Figures come from the engine's :class:`Summary` alone, so a response says what ``localspec
-run`` would print for the same generation.
+run`` would print for the same generation. Streamed, ``usage`` comes as OpenAI sends it: only
+in a last chunk without choices, when ``stream_options.include_usage`` asks for it (every
+other chunk then has ``"usage": null``); llama-server's ``timings`` come in the chunk with the
+``finish_reason``.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 
-from ..engine import StopReason, Summary
+from ..engine import Done, StopReason, Summary
 
 _FINISH = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopReason.MAX_TOKENS: "length",
            StopReason.CONTEXT_FULL: "length", StopReason.CANCELLED: "stop"}
@@ -50,10 +53,11 @@ def timings(s: Summary) -> dict:
 class Shape:
     """One request's response shape: chat (``chat.completion``) or text (``text_completion``)."""
 
-    def __init__(self, kind: str, request_id: str, model: str):
+    def __init__(self, kind: str, request_id: str, model: str, include_usage: bool = False):
         self.chat = kind == "chat"
         self.id = ("chatcmpl-" if self.chat else "cmpl-") + request_id
         self.model = model
+        self.include_usage = include_usage
         self.created = int(time.time())
 
     def _base(self, obj: str) -> dict:
@@ -75,7 +79,7 @@ class Shape:
     def chunk(self, text: str | None = None, *, role: bool = False, reason: StopReason | None = None,
               s: Summary | None = None) -> bytes:
         """One server-sent event: a piece of text, the opening role, or the closing chunk
-        (finish_reason, usage and timings)."""
+        (finish_reason and timings)."""
         fr = finish_reason(reason) if reason is not None else None
         if self.chat:
             delta: dict = {"role": "assistant", "content": ""} if role else {}
@@ -86,13 +90,38 @@ class Shape:
         else:
             out = self._base("text_completion") | {
                 "choices": [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": fr}]}
+        if self.include_usage:
+            out["usage"] = None
         if s is not None:
-            out["usage"] = usage(s)
             out["timings"] = timings(s)
         return sse(out)
 
+    # -- what app's streaming and whole answers call (llama.Native has the same) ------------
+    @property
+    def end(self) -> bytes:
+        """The last event of a stream, after the closing chunk or an error: ``[DONE]``."""
+        return DONE
+
+    def head(self) -> list[bytes]:
+        """The events before any text: the assistant's role (chat)."""
+        return [self.chunk(role=True)] if self.chat else []
+
+    def piece(self, text: str) -> bytes:
+        return self.chunk(text)
+
+    def tail(self, done: Done) -> list[bytes]:
+        """The closing chunk, and the usage chunk when asked for."""
+        out = [self.chunk(reason=done.stop_reason, s=done.summary)]
+        if self.include_usage:
+            out.append(self.usage_chunk(done.summary))
+        return out
+
+    def whole(self, done: Done) -> dict:
+        return self.complete(done.text, done.stop_reason, done.summary)
+
     def usage_chunk(self, s: Summary) -> bytes:
-        """OpenAI's ``stream_options.include_usage`` chunk: no choices, the usage."""
+        """OpenAI's ``stream_options.include_usage`` chunk: no choices, the usage (and the
+        timings again, for a client that reads the last chunk only)."""
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         return sse(self._base(obj) | {"choices": [], "usage": usage(s), "timings": timings(s)})
 

@@ -36,6 +36,8 @@ class ServerOptions:
     model_id: str = "model"
     log_level: str = "info"
     access_log: bool = True
+    strict_model: bool = False       # a request naming another model is a 404 (default: answered)
+    cors: tuple[str, ...] = ()       # browser origins allowed besides loopback ones; "*": any
 
 
 class OneLine(logging.Filter):
@@ -115,7 +117,8 @@ class Server:
         self.sock = _bind(options.host, options.port)   # before the engine thread: a refused
         self.scheduler = Scheduler(engine, self.metrics, self.live, options.queue)  # port leaves none
         self.ctx = ServerContext(engine, self.scheduler, self.metrics, self.live, options.model_id,
-                                 base, options.api_key, options.max_body)
+                                 base, options.api_key, options.max_body, strict_model=options.strict_model,
+                                 cors=tuple(options.cors))
         self.port = self.sock.getsockname()[1]
         host = f"[{options.host}]" if ":" in options.host else options.host
         self.url = f"http://{host}:{self.port}"

@@ -69,6 +69,7 @@ class Job:
     spec: RunSpec
     channel: Channel
     stream: bool = True             # False: only the final Done is sent back
+    cache_prompt: bool = True       # False: the cached prefix is dropped first (llama-server's field)
     id: str = field(default_factory=lambda: f"{next(_ids):06d}")
     arrived: float = field(default_factory=time.perf_counter)
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -194,6 +195,8 @@ class Scheduler:
         m.busy.set(1)
         done, ttft, stream = None, 0.0, job.stream
         try:
+            if not job.cache_prompt:
+                self.engine.reset()
             first = True
             for ev in self.engine.run(job.prompt, job.spec, job.cancel):
                 kind = type(ev)

@@ -3,7 +3,13 @@
 Only :meth:`RunSpec.validate` judges run settings; a :class:`SpecError` is reworded here with
 the JSON field's name (``speculative.draft_max``, ``max_completion_tokens``) into a 400. What
 is checked here is the shape of the request itself: JSON, messages, prompt, ``n``, and the
-OpenAI options this server does not implement (refused, never silently ignored).
+options this server does not implement (refused, never silently ignored).
+
+Every top-level field a request sends is one of :func:`known_fields`: a field this server
+honours, or an option it does not implement sent at its neutral ("off") value. Anything else
+is a 400 naming the field. llama-server's own per-request fields are honoured under their
+names: the flat ``speculative.n_max`` / ``speculative.n_min`` / ``speculative.p_min``,
+``n_predict``, ``cache_prompt`` and ``id_slot``.
 """
 
 from __future__ import annotations
@@ -18,9 +24,11 @@ from .errors import ApiError
 # Top-level sampling fields, under their OpenAI names (also RunSpec's).
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed")
 
-# Keys of the "speculative" object and the RunSpec field each sets.
+# Keys of the "speculative" object (also sent flat, llama-server's way: "speculative.n_max")
+# and the RunSpec field each sets; n_max and n_min are llama-server's names.
 SPECULATIVE = {"draft_max": "draft_max", "draft_min": "draft_min", "draft_temperature": "draft_temperature",
-               "p_min": "p_min", "adaptive": "adaptive", "drafter": "drafter"}
+               "p_min": "p_min", "adaptive": "adaptive", "drafter": "drafter",
+               "n_max": "draft_max", "n_min": "draft_min"}
 
 # RunSpec field -> JSON field, for error messages (max_tokens depends on which name was sent).
 JSON_NAMES = {name: name for name in SAMPLING} | {
@@ -33,6 +41,37 @@ _UNSUPPORTED = {"logprobs": (None, False), "top_logprobs": (None, 0), "tools": (
                 "functions": (None, []), "tool_choice": (None, "none"), "echo": (None, False),
                 "best_of": (None, 1), "suffix": (None, ""), "presence_penalty": (None, 0, 0.0),
                 "frequency_penalty": (None, 0, 0.0), "logit_bias": (None, {})}
+
+# llama-server's sampler switches this server does not have: accepted at their "off" value
+# (llama.cpp's default), refused otherwise.
+_LLAMA_OFF = {"typical_p": (None, 1, 1.0), "typ_p": (None, 1, 1.0), "repeat_penalty": (None, 1, 1.0),
+              "dynatemp_range": (None, 0, 0.0), "xtc_probability": (None, 0, 0.0), "dry_multiplier": (None, 0, 0.0),
+              "mirostat": (None, 0), "top_n_sigma": (None, -1, -1.0), "n_probs": (None, 0), "min_keep": (None, 0),
+              "ignore_eos": (None, False), "timings_per_token": (None, False), "post_sampling_probs": (None, False),
+              "return_tokens": (None, False), "grammar": (None, ""), "lora": (None, [])}
+
+# llama-server's fields that only tune one of those switches: no effect while it is off.
+_LLAMA_TUNING = {"dynatemp_exponent": "dynatemp_range", "xtc_threshold": "xtc_probability",
+                 "repeat_last_n": "repeat_penalty", "dry_base": "dry_multiplier",
+                 "dry_allowed_length": "dry_multiplier", "dry_penalty_last_n": "dry_multiplier",
+                 "dry_sequence_breakers": "dry_multiplier", "mirostat_tau": "mirostat", "mirostat_eta": "mirostat"}
+
+# The fields every generating endpoint honours, besides the prompt's own field.
+_HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "max_tokens", "max_completion_tokens",
+             "n_predict", "cache_prompt", "id_slot", "samplers", "user", "parallel_tool_calls", "response_format",
+             *SAMPLING}
+
+# The prompt's field of each endpoint ("completion" is llama-server's native /completion).
+PROMPT_FIELD = {"chat": "messages", "completions": "prompt", "completion": "prompt"}
+
+# llama.cpp's sampler names and letters (its --samplers); this server's chain is top-k, top-p,
+# min-p, temperature, and the others are off (their switches are checked above).
+_SAMPLER_LETTERS = {"dry": "d", "top_k": "k", "typ_p": "y", "typical_p": "y", "top_p": "p", "top_n_sigma": "s",
+                    "min_p": "m", "temperature": "t", "xtc": "x", "penalties": "e"}
+_CHAIN = "kpmt"
+
+# Length fields, in the order they are looked at.
+_LENGTH = ("max_completion_tokens", "max_tokens", "n_predict")
 
 
 @dataclass(frozen=True)
@@ -100,19 +139,92 @@ def completion_prompt(body: dict) -> str | list[int]:
     raise ApiError(400, "prompt must be a string or a list of token ids", param="prompt")
 
 
-def check_request(body: dict) -> None:
-    """Refuse what this server cannot do: several choices, logprobs, tools, penalties."""
+def known_fields(kind: str) -> frozenset[str]:
+    """The top-level fields an endpoint takes (``kind``: "chat", "completions" or "completion");
+    llama-server's flat ``speculative.KEY`` fields come on top of these."""
+    return frozenset(_HONOURED | set(_UNSUPPORTED) | set(_LLAMA_OFF) | set(_LLAMA_TUNING) | {PROMPT_FIELD[kind]})
+
+
+def _neutral(value, allowed: tuple) -> bool:
+    """Whether ``value`` is one of ``allowed`` (a bool matches only a bool: True is not 1)."""
+    return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed)
+
+
+def check_request(body: dict, kind: str) -> None:
+    """Refuse what this server cannot do (several choices, logprobs, tools, penalties, other
+    samplers) and any field it does not know, naming it: nothing is silently ignored."""
+    known = known_fields(kind)
+    for key in body:
+        if key in known or key.startswith("speculative."):
+            continue
+        if key in PROMPT_FIELD.values():
+            raise ApiError(400, f"{key} is not a field of this endpoint (it takes {PROMPT_FIELD[kind]})", param=key)
+        raise ApiError(400, f"{key} is not a field localspec serve knows; it is refused rather than ignored",
+                       param=key, code="unknown_field")
     n = body.get("n")
     if n is not None and n != 1:
         raise ApiError(400, f"n must be 1: one choice per request (got {n!r})", param="n")
     for key, neutral in _UNSUPPORTED.items():
-        if key in body and body[key] not in neutral:
+        if key in body and not _neutral(body[key], neutral):
             raise ApiError(400, f"{key} is not supported by localspec serve", param=key)
+    for key, neutral in _LLAMA_OFF.items():
+        if key in body and not _neutral(body[key], neutral):
+            raise ApiError(400, f"{key} is not supported by localspec serve (only its off value, "
+                                f"{neutral[1]!r})", param=key)
     fmt = body.get("response_format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") in (None, "text")):
         raise ApiError(400, "response_format: only text is supported", param="response_format")
     if not isinstance(body.get("stream", False), (bool, type(None))):
         raise ApiError(400, "stream must be true or false", param="stream")
+    opts = body.get("stream_options")
+    if opts is not None and not (isinstance(opts, dict) and set(opts) <= {"include_usage"}
+                                 and isinstance(opts.get("include_usage", False), bool)):
+        raise ApiError(400, "stream_options takes include_usage (true or false) only", param="stream_options")
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise ApiError(400, "user must be a string", param="user")
+    if body.get("parallel_tool_calls") is not None and not isinstance(body["parallel_tool_calls"], bool):
+        raise ApiError(400, "parallel_tool_calls must be true or false", param="parallel_tool_calls")
+    if body.get("samplers") is not None:
+        _check_samplers(body["samplers"])
+
+
+def _check_samplers(samplers: object) -> None:
+    """llama-server's ``samplers`` (a string of letters or a list of names): accepted when it
+    keeps this server's chain, top-k, top-p, min-p, temperature, in that order."""
+    if isinstance(samplers, str):
+        letters = samplers
+        bad = [c for c in letters if c not in _SAMPLER_LETTERS.values()]
+    elif isinstance(samplers, list) and all(isinstance(x, str) for x in samplers):
+        bad = [x for x in samplers if x not in _SAMPLER_LETTERS]
+        letters = "".join(_SAMPLER_LETTERS.get(x, "") for x in samplers)
+    else:
+        raise ApiError(400, "samplers must be a string of letters or a list of names", param="samplers")
+    if bad:
+        raise ApiError(400, f"samplers: {', '.join(map(repr, bad))} not known here", param="samplers")
+    if "".join(c for c in letters if c in _CHAIN) != _CHAIN:
+        raise ApiError(400, "samplers: localspec serve applies top_k, top_p, min_p, temperature in that order "
+                            "(turn one off with its own field, e.g. top_k 0)", param="samplers")
+
+
+def cache_prompt(body: dict) -> bool:
+    """llama-server's ``cache_prompt`` (true by default: reuse the previous request's cached
+    prefix; false: decode the whole prompt) after checking ``id_slot`` (one slot here: 0, or
+    -1 for any)."""
+    slot = body.get("id_slot")
+    if slot is not None and (isinstance(slot, bool) or slot not in (-1, 0)):
+        raise ApiError(400, f"id_slot must be 0 or -1: this server has one slot (got {slot!r})", param="id_slot")
+    value = body.get("cache_prompt")
+    if value is None:
+        return True
+    if not isinstance(value, bool):
+        raise ApiError(400, "cache_prompt must be true or false", param="cache_prompt")
+    return value
+
+
+def include_usage(body: dict) -> bool:
+    """OpenAI's ``stream_options.include_usage``: a last streamed chunk with the usage."""
+    opts = body.get("stream_options")
+    return bool(isinstance(opts, dict) and opts.get("include_usage"))
 
 
 def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tuple[DrafterKind, ...]) -> RunSpec:
@@ -128,34 +240,74 @@ def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tup
     for name in SAMPLING:
         if body.get(name) is not None:
             values[name] = body[name]
-    length_name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    values["max_tokens"] = body[length_name] if body.get(length_name) is not None else n_ctx - n_prompt
+    length_name, values["max_tokens"] = _length(body, n_ctx - n_prompt)
     stop = body.get("stop")
     if stop is not None:
         values["stop"] = (stop,) if isinstance(stop, str) else tuple(stop) if isinstance(stop, list) else (stop,)
-    values.update(_speculative(body.get("speculative"), base, drafters))
+    spec_values, names = _speculative(speculative_fields(body), base, drafters)
+    values.update(spec_values)
     try:
         spec = base.with_(**values)
         return spec.validate()
     except SpecError as exc:
-        name = length_name if exc.field == "max_tokens" else JSON_NAMES.get(exc.field, exc.field)
+        name = length_name if exc.field == "max_tokens" else names.get(exc.field) or JSON_NAMES.get(exc.field,
+                                                                                                      exc.field)
         raise ApiError(400, exc.named(name), param=name) from None
     except (TypeError, ValueError) as exc:   # a value RunSpec cannot even hold
         raise ApiError(400, f"bad value: {exc}") from None
 
 
-def _speculative(spec: object, base: RunSpec, drafters: tuple[DrafterKind, ...]) -> dict:
-    """The RunSpec fields the ``speculative`` object sets.
+def _length(body: dict, room: int) -> tuple[str, object]:
+    """(the length field sent, the answer's most tokens): max_completion_tokens, max_tokens or
+    llama-server's n_predict (-1: no limit); none or no limit: what the context has room for.
+    Two of them that disagree are a 400."""
+    given = [(k, body[k]) for k in _LENGTH if body.get(k) is not None]
+    for k, v in given[1:]:
+        if v != given[0][1]:
+            raise ApiError(400, f"{given[0][0]} ({given[0][1]!r}) and {k} ({v!r}) disagree: give one", param=k)
+    if not given:
+        return "max_tokens", room
+    name, value = given[0]
+    if name == "n_predict" and value == -1 and not isinstance(value, bool):
+        return name, room
+    return name, value
+
+
+def n_predict(body: dict) -> int:
+    """The answer's length a (validated) request asked for, as llama-server's ``n_predict``:
+    -1 when it set none."""
+    given = [body[k] for k in _LENGTH if body.get(k) is not None]
+    return given[0] if given else -1
+
+
+def speculative_fields(body: dict) -> dict | None:
+    """The ``speculative`` object and llama-server's flat ``speculative.KEY`` fields as one
+    object (None when the request has neither); a key sent both ways is a 400."""
+    nested = body.get("speculative")
+    if nested is not None and not isinstance(nested, dict):
+        raise ApiError(400, "speculative must be an object", param="speculative")
+    flat = {k[len("speculative."):]: v for k, v in body.items() if k.startswith("speculative.")}
+    if nested is None and not flat:
+        return None
+    for key in flat:
+        if key in (nested or {}):
+            raise ApiError(400, f"speculative.{key} is sent twice (in the speculative object and as a flat "
+                                "field): give one", param=f"speculative.{key}")
+    return {**(nested or {}), **flat}
+
+
+def _speculative(spec: dict | None, base: RunSpec, drafters: tuple[DrafterKind, ...]) -> tuple[dict, dict]:
+    """The RunSpec fields the ``speculative`` object sets, and each field's JSON name (for
+    error messages: ``speculative.n_max`` when that is what was sent).
 
     ``enabled: false`` runs the target alone; ``enabled: true`` on a server started without a
-    drafter uses prompt lookup. As on the command line, a ``draft_max`` given without
-    ``adaptive`` means exactly that many drafts every round.
+    drafter uses prompt lookup. As on the command line, a ``draft_max`` (``n_max``) given
+    without ``adaptive`` means exactly that many drafts every round.
     """
     if spec is None:
-        return {}
-    if not isinstance(spec, dict):
-        raise ApiError(400, "speculative must be an object", param="speculative")
+        return {}, {}
     out: dict = {}
+    names: dict = {}
     for key, value in spec.items():
         if key == "enabled":
             if not isinstance(value, bool):
@@ -165,10 +317,15 @@ def _speculative(spec: object, base: RunSpec, drafters: tuple[DrafterKind, ...])
             elif not base.speculative and "drafter" not in spec:
                 out["drafter"] = DrafterKind.MODEL if DrafterKind.MODEL in drafters else DrafterKind.NGRAM
         elif key in SPECULATIVE:
+            field_name = SPECULATIVE[key]
+            if field_name in names:
+                raise ApiError(400, f"{names[field_name]} and speculative.{key} set the same thing: give one",
+                               param=f"speculative.{key}")
+            names[field_name] = f"speculative.{key}"
             if key == "adaptive" and not isinstance(value, bool):
                 raise ApiError(400, "speculative.adaptive must be true or false", param="speculative.adaptive")
             if value is not None:
-                out[SPECULATIVE[key]] = value
+                out[field_name] = value
         else:
             raise ApiError(400, f"speculative.{key} is not a speculation setting (known: enabled, "
                                 f"{', '.join(SPECULATIVE)})", param=f"speculative.{key}")
@@ -187,7 +344,7 @@ def _speculative(spec: object, base: RunSpec, drafters: tuple[DrafterKind, ...])
             raise ApiError(400, "speculative.drafter: no draft model is loaded on this server "
                                 "(use \"ngram\" or \"none\")", param="speculative.drafter")
         out["drafter"] = kind
-    return out
+    return out, names
 
 
 def template_error(exc: LocalspecError) -> ApiError:
