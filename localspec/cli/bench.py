@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -16,7 +17,7 @@ from ..engine.backend import backend_name
 from ..errors import BadInput
 from ..models.mtp_head import locate_mtp, parse_draft_arg
 from .main import cli
-from .options import hardware_options, resolve_model, validated
+from .options import hardware_options, model_argument, resolve_model, take_target, validated
 
 
 def _list(value: str | None, kind, name: str) -> list:
@@ -72,6 +73,7 @@ def _drafters(opts: dict) -> list[str]:
 
 
 def _models(opts: dict, drafters: list[str] | tuple[str, ...] = ("model",)) -> _Models:
+    take_target(opts)
     is_mtp, head = parse_draft_arg(opts.get("draft"))
     if opts["demo"]:
         if opts["target"] or opts["draft"]:
@@ -84,7 +86,7 @@ def _models(opts: dict, drafters: list[str] | tuple[str, ...] = ("model",)) -> _
         return _Models(str(t), str(d))
     draft = None if is_mtp else opts["draft"]
     if not opts["target"] or (not draft and not is_mtp) or ("model" in drafters and not draft):
-        raise BadInput("give -m TARGET and -d DRAFT (or -d mtp for the target's MTP head, or --demo)")
+        raise BadInput("give MODEL (or -m MODEL) and -d DRAFT (or -d mtp for the target's MTP head, or --demo)")
     target = resolve_model(opts["target"], "target")
     mtp = is_mtp or "mtp" in drafters
     src = locate_mtp(target, resolve_model(head, "MTP head") if head else None) if mtp else None
@@ -100,8 +102,9 @@ def _engine(opts: dict, models: _Models, specs) -> Engine:
 
 def _hardware(f):
     for d in reversed([
-        click.option("-m", "--model", "target", metavar="TARGET", help="Target model (file, name or alias)."),
-        click.option("-d", "--draft", metavar="DRAFT",
+        model_argument(),
+        click.option("-m", "--model", "target", metavar="TARGET", help="Target model (as MODEL: file, name or alias)."),
+        click.option("-d", "-md", "--draft", "--model-draft", "draft", metavar="DRAFT",
                      help="Draft model (file, name or alias); 'mtp' or 'mtp:PATH': the target's MTP head."),
         click.option("--demo", is_flag=True, help="Use the built-in demo pair."),
         hardware_options(n_ctx=2048),
@@ -143,7 +146,7 @@ def _run_sweep(engine, prompts, cells, *, runs, n, seed, temp, save, label: str)
 @_hardware
 @click.option("--draft-max", "draft_max", default="2,4,6,8", show_default=True, help="Draft lengths to sweep.")
 @click.option("--draft-temp", default=None, help="Draft temperatures to sweep, e.g. 0,0.3,0.7.")
-@click.option("--p-min", "p_min", default=None, help="Confidence cutoffs to sweep, e.g. 0,0.4,0.75.")
+@click.option("--p-min", "--draft-p-min", "p_min", default=None, help="Confidence cutoffs to sweep, e.g. 0,0.4,0.75.")
 @click.option("--policy", default="adaptive,fixed", show_default=True, help="adaptive and/or fixed K.")
 @click.option("--drafter", default=None,
               help="model, ngram, ngram+model (prompt lookup, then the model) and/or mtp, e.g. model,ngram+model "
@@ -151,10 +154,12 @@ def _run_sweep(engine, prompts, cells, *, runs, n, seed, temp, save, label: str)
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), help="JSON-lines prompts file.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per cell.")
 @click.option("-n", "n", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens per run.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-s", "--seed", type=int, default=0, show_default=True)
 @click.option("--temp", type=float, default=0.0, show_default=True,
               help="Target temperature (0: greedy).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), help="Write the results as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON (instead of the table).")
+@click.option("--out", "json_out", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the results as JSON to FILE (after each setting, so an interruption keeps them).")
 @click.option("--csv", "csv_out", type=click.Path(dir_okay=False), help="Write the results as CSV.")
 def bench(**opts) -> int:
     """Measure target-only and a sweep of speculative settings on a prompt set.
@@ -163,14 +168,20 @@ def bench(**opts) -> int:
     shows the median tok/s with its spread, the speed-up over the target alone, acceptance,
     accepted tokens per step, time to first token, and the speed-up the classic formula
     (1 - a^(K+1)) / ((1 - a)(cK + 1)) expects from the measured acceptance a and cost ratio c.
-    With --json/--csv a PNG chart (speed-up against K) is written next to them.
+    --json prints the results as JSON on stdout; with --out/--csv the files are written and a
+    PNG chart (speed-up against K) next to them.
 
     \b
     Examples:
-      localspec bench --demo --draft-max 2,4,8 --runs 2 --json bench.json --csv bench.csv
-      localspec bench -m target.gguf -d draft.gguf --draft-temp 0,0.7 --p-min 0,0.5 --policy fixed
+      localspec bench --demo --draft-max 2,4,8 --runs 2 --out bench.json --csv bench.csv
+      localspec bench target.gguf -md draft.gguf --draft-temp 0,0.7 --p-min 0,0.5 --policy fixed --json
       localspec bench -m qwen3.6-27b.gguf -d draft.gguf --drafter model,mtp
     """
+    arg = opts.get("model_arg")
+    if arg and arg.endswith(".json"):
+        raise BadInput(f"{arg} is not a model: --json prints the results on stdout; --out {arg} writes them "
+                       "to a file")
+    take_target(opts)
     ks = _list(opts["draft_max"], int, "--draft-max")
     temps = _list(opts["draft_temp"], float, "--draft-temp") or [None]
     pmins = _list(opts["p_min"], float, "--p-min") or [None]
@@ -203,7 +214,10 @@ def bench(**opts) -> int:
     # not run between cells.
     if chart is not None and res.cells:
         benchmark.write_chart(res, chart)
-    click.echo(benchmark.table(res))
+    if opts["as_json"]:
+        click.echo(json.dumps(res.to_dict(), indent=2))
+    else:
+        click.echo(benchmark.table(res))
     for p in outputs + ([chart] if chart is not None and chart.exists() else []):
         click.echo(f"wrote {p}", err=True)
     if interrupted:
@@ -238,6 +252,7 @@ def tune(**opts) -> int:
       localspec tune --show
       localspec tune --reset
     """
+    take_target(opts)
     if opts["show"]:
         data = tuning.load()
         if not data:

@@ -2,6 +2,11 @@
 
 The run settings' defaults are RunSpec's and their ranges are checked by RunSpec alone; a
 :class:`~localspec.engine.SpecError` is reworded here with the flag's name.
+
+llama.cpp's own flags are aliases where they mean the same thing (``-c``/``--ctx-size``,
+``-t``, ``-ngl``/``--n-gpu-layers``, ``-ngld``, ``-md``/``--model-draft``, ``-s``,
+``--draft-p-min``), and the target may be given as a positional MODEL as well as ``-m``
+(:func:`model_argument`, :func:`take_target`), as Ollama's users type it.
 """
 
 from __future__ import annotations
@@ -63,10 +68,28 @@ def _opts(*decorators):
     return apply
 
 
+def model_argument():
+    """The target as a positional MODEL (the same as -m); see :func:`take_target`."""
+    return click.argument("model_arg", required=False, metavar="[MODEL]")
+
+
+def take_target(opts: dict) -> None:
+    """Fold the positional MODEL into ``opts["target"]`` (the -m option).
+
+    Raises:
+        BadInput: MODEL and -m name two different models.
+    """
+    arg = opts.pop("model_arg", None)
+    if arg and opts.get("target") and arg != opts["target"]:
+        raise BadInput(f"two targets given ({arg} and -m {opts['target']}): give one")
+    if arg:
+        opts["target"] = arg
+
+
 def drafter_options():
     """How to draft: a draft model, prompt lookup, or not at all."""
     return _opts(
-        click.option("-d", "--draft", metavar="DRAFT",
+        click.option("-d", "-md", "--draft", "--model-draft", "draft", metavar="DRAFT",
                      help="Draft model (a .gguf, local name or pulled alias) with the target's tokenizer; "
                           "'mtp' drafts with the target's own MTP head (embedded, or a sibling "
                           "mtp-*.gguf), 'mtp:PATH' with the MTP head in PATH."),
@@ -86,14 +109,14 @@ def sampling_options(default_temp: float = _SAMPLING.temperature):
                      help="Top-k (0 turns it off)."),
         click.option("--top-p", type=float, default=_SAMPLING.top_p, show_default=True, help="Top-p (nucleus)."),
         click.option("--min-p", type=float, default=_SAMPLING.min_p, show_default=True, help="Min-p."),
-        click.option("--seed", type=int, default=None, help="Random seed (sampling)."),
+        click.option("-s", "--seed", type=int, default=None, help="Random seed (sampling)."),
         click.option("--draft-temp", type=float, default=None,
                      help="Draft temperature (default: same as --temp); stays lossless."),
         click.option("--draft-max", type=int, default=_SPEC.draft_max, show_default=True,
                      help="Most tokens drafted per step; given explicitly, exactly this many every step."),
         click.option("--draft-min", type=int, default=_SPEC.draft_min, show_default=True,
                      help="Tokens always drafted per step while drafting is on (adaptive mode)."),
-        click.option("--p-min", type=float, default=None,
+        click.option("--p-min", "--draft-p-min", "p_min", type=float, default=None,
                      help="Stop drafting when the draft's top probability falls below this "
                           "(default: automatic, from measured acceptance and costs)."),
         click.option("--fixed-k", is_flag=True, help="Always draft --draft-max tokens (adaptive drafting off)."),
@@ -103,13 +126,15 @@ def sampling_options(default_temp: float = _SAMPLING.temperature):
 def hardware_options(n_ctx: int = 4096):
     """Context, threads, GPU layers, KV cache."""
     return _opts(
-        click.option("--ctx", "n_ctx", type=click.IntRange(min=16), default=n_ctx, show_default=True,
-                     help="Context size in tokens."),
-        click.option("--threads", type=click.IntRange(min=1), default=None,
+        click.option("-c", "--ctx", "--ctx-size", "n_ctx", type=click.IntRange(min=16), default=n_ctx,
+                     show_default=True, help="Context size in tokens."),
+        click.option("-t", "--threads", "threads", type=click.IntRange(min=1), default=None,
                      help="CPU threads (default: physical cores)."),
-        click.option("--gpu-layers", type=click.IntRange(min=-1), default=None,
+        click.option("-ngl", "--gpu-layers", "--n-gpu-layers", "gpu_layers", type=click.IntRange(min=-1),
+                     default=None,
                      help="Target layers on the GPU (-1 all; default all when llama.cpp has GPU support)."),
-        click.option("--gpu-layers-draft", type=click.IntRange(min=-1), default=None,
+        click.option("-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "gpu_layers_draft",
+                     type=click.IntRange(min=-1), default=None,
                      help="Draft layers on the GPU (default: as --gpu-layers)."),
         click.option("--cache-type", type=click.Choice(sorted(CACHE_TYPES)), default="f16",
                      show_default=True, help="KV cache type."),
@@ -117,8 +142,9 @@ def hardware_options(n_ctx: int = 4096):
 
 
 def generation_options(default_temp: float):
-    """The model, prompt, sampling, drafting and hardware options."""
+    """The model (MODEL or -m), prompt, sampling, drafting and hardware options."""
     return _opts(
+        model_argument(),
         click.option("-m", "--model", "target", metavar="TARGET",
                      help="Target model: a .gguf file, a local model name or a pulled catalog alias."),
         drafter_options(),
@@ -187,7 +213,8 @@ class Pair:
 
 
 def resolve_pair(opts: dict) -> Pair:
-    """-m/-d/--ngram/--no-draft/--demo into paths (the demo pair is made on first use)."""
+    """MODEL or -m, -d/--ngram/--no-draft/--demo into paths (the demo pair is made on first use)."""
+    take_target(opts)
     target, draft = opts.get("target"), opts.get("draft")
     drafter = chosen_drafter(opts)
     if opts.get("demo"):
@@ -200,7 +227,7 @@ def resolve_pair(opts: dict) -> Pair:
         t, d = demo_pair(progress=lambda m: click.echo(m, err=True))
         return Pair(str(t), str(d) if drafter is None or drafter.uses_model else None, drafter or DrafterKind.MODEL)
     if not target:
-        raise BadInput("no target model: give -m TARGET.gguf (or --demo)")
+        raise BadInput("no target model: give MODEL (or -m MODEL.gguf, or --demo)")
     if drafter is None:
         raise BadInput("no drafter: give a draft model with -d DRAFT, or --ngram, or --no-draft")
     if drafter is DrafterKind.MTP:
@@ -255,9 +282,11 @@ _TUNED_FLAGS = ("draft_max", "draft_min", "p_min", "fixed_k", "draft_temp")
 
 
 def explicit(name: str) -> bool:
-    """Whether option ``name`` was given on the command line (not a default)."""
+    """Whether option ``name`` was given on the command line or in its environment variable
+    (not a default)."""
     ctx = click.get_current_context(silent=True)
-    return bool(ctx and ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE)
+    return bool(ctx and ctx.get_parameter_source(name) in (click.core.ParameterSource.COMMANDLINE,
+                                                           click.core.ParameterSource.ENVIRONMENT))
 
 
 def tuned_settings(opts: dict, pair: Pair, *, quiet: bool = False) -> dict | None:

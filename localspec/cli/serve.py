@@ -1,7 +1,13 @@
-"""``localspec serve``: the OpenAI-compatible API over one engine, with /metrics."""
+"""``localspec serve``: the OpenAI-compatible API over one engine, with /metrics.
+
+Every option can also come from a ``LOCALSPEC_<OPTION>`` environment variable (click's
+``auto_envvar_prefix``; the flag's long name, e.g. ``LOCALSPEC_PORT``, ``LOCALSPEC_CTX``,
+``LOCALSPEC_MODEL``, ``LOCALSPEC_DRAFT_MAX``); a flag on the command line wins.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -9,9 +15,33 @@ import click
 from ..engine import DrafterKind, Engine, RunSpec
 from ..errors import BadInput
 from .main import cli
-from .options import drafter_options, engine_config, hardware_options, resolve_pair, tuned_settings, validated
+from .options import (
+    drafter_options,
+    engine_config,
+    hardware_options,
+    model_argument,
+    resolve_pair,
+    run_spec,
+    sampling_options,
+    tuned_settings,
+)
 
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_ORIGIN = re.compile(r"https?://[^/\s:]+(:\d+)?|https?://\[[0-9a-fA-F:]+\](:\d+)?")
+
+
+def cors_origins(value: str | None) -> tuple[str, ...]:
+    """--cors ORIGIN[,ORIGIN] (or '*') as a tuple of origins.
+
+    Raises:
+        BadInput: a part that is not scheme://host[:port] or '*'.
+    """
+    origins = tuple(o.strip() for o in (value or "").split(",") if o.strip())
+    for o in origins:
+        if o != "*" and not _ORIGIN.fullmatch(o):
+            raise BadInput(f"--cors: {o!r} is not an origin (scheme://host[:port], e.g. https://app.example:3000, "
+                           "or '*')")
+    return origins
 
 
 def _model_id(opts: dict, target_path: str) -> str:
@@ -24,9 +54,10 @@ def _model_id(opts: dict, target_path: str) -> str:
     return arg
 
 
-@cli.command()
+@cli.command(context_settings={"auto_envvar_prefix": "LOCALSPEC"})
+@model_argument()
 @click.option("-m", "--model", "target", metavar="TARGET",
-              help="Target model: a .gguf file, a local model name or a pulled catalog alias.")
+              help="Target model (as MODEL): a .gguf file, a local model name or a pulled catalog alias.")
 @drafter_options()
 @click.option("--demo", is_flag=True,
               help="Serve the built-in demo pair (SmolLM2-135M: F16 target, Q4_1 draft); offline.")
@@ -40,37 +71,58 @@ def _model_id(opts: dict, target_path: str) -> str:
               help="Most requests waiting behind the one generating; more get 429 with Retry-After.")
 @click.option("--max-body-mb", type=click.IntRange(min=1), default=8, show_default=True,
               help="Largest request body, in MiB.")
-@click.option("--name", default=None, metavar="ID", help="Model id clients send (default: the target's name).")
+@click.option("--name", default=None, metavar="ID",
+              help="Model id the server answers with (default: the target's name).")
+@click.option("--strict-model", is_flag=True,
+              help="Refuse (404) a request that names another model (default: any name is answered by this pair).")
+@click.option("--cors", default=None, metavar="ORIGIN[,ORIGIN]",
+              help="Web pages (origins) besides this machine's own that may call the server from a browser; "
+                   "'*' for any. Off by default: any site a user visits could otherwise use the model through "
+                   "their browser.")
+@sampling_options()
 @hardware_options()
 @click.option("--tui", is_flag=True, help="Watch the server in the terminal app (queue, speed, acceptance).")
 @click.option("--quiet", is_flag=True, help="No per-request log lines (errors still).")
 def serve(**opts) -> None:
     """Serve the OpenAI API (chat and text completions, streaming) with speculative decoding.
 
-    One engine answers requests in arrival order. Each response carries `usage` and
-    llama-server-style `timings`; GET /metrics has Prometheus metrics.
+    One engine answers requests in arrival order, whatever model name they send. Each
+    response carries `usage` and llama-server-style `timings`; llama-server's /props, /slots,
+    /tokenize, /detokenize and /completion are served too; GET /metrics has Prometheus
+    metrics. The sampling and drafting flags set the defaults of requests that leave them out.
+    Every option can also be set as LOCALSPEC_<OPTION> (LOCALSPEC_PORT=8081, LOCALSPEC_CTX=8192).
+
+    Browsers: pages served from this machine (http://localhost:*, http://127.0.0.1:*) may call
+    the server; --cors adds others. Allowing more lets those sites use the model through the
+    browser of anyone who opens them.
 
     \b
     Examples:
       localspec serve --demo
-      localspec serve -m qwen2.5-7b -d qwen2.5-0.5b --port 8080 --api-key secret
+      localspec serve qwen2.5-7b -md qwen2.5-0.5b -c 8192 --port 8080 --api-key secret
+      localspec serve -m model.gguf --ngram --temp 0.2 --draft-max 6 --cors http://localhost:3000
       curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\
         -d '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 64}'
     """
     from ..server import Server, ServerOptions
 
+    cors = cors_origins(opts["cors"])
     pair = resolve_pair(opts)
     tuned = None
     if pair.drafter is DrafterKind.MODEL:
-        tuned = tuned_settings(opts | {"draft_min": RunSpec.draft_min}, pair)
-    base = validated(RunSpec(drafter=pair.drafter).with_(**(tuned or {})))
+        tuned = tuned_settings(opts, pair)
+    base = run_spec(opts | {"max_tokens": RunSpec.max_tokens}, pair.drafter, tuned)
     if opts["host"] not in _LOOPBACK and not opts["api_key"]:
         click.echo(f"localspec: warning: listening on {opts['host']} without --api-key: anyone who can "
                    "reach this machine can use the model", err=True)
+    if "*" in cors and not opts["api_key"]:
+        click.echo("localspec: warning: --cors '*' without --api-key: any web page a user opens can use the "
+                   "model through their browser", err=True)
     options = ServerOptions(host=opts["host"], port=opts["port"], api_key=opts["api_key"], queue=opts["queue"],
                             max_body=opts["max_body_mb"] << 20, model_id=_model_id(opts, pair.target),
                             log_level="warning" if opts["quiet"] or opts["tui"] else "info",
-                            access_log=not (opts["quiet"] or opts["tui"]))
+                            access_log=not (opts["quiet"] or opts["tui"]), strict_model=opts["strict_model"],
+                            cors=cors)
     with Engine(engine_config(opts, pair, base)) as engine:
         server = Server(engine, base, options)
         click.echo(f"localspec: serving {options.model_id} ({base.describe().split(' · ')[0]}) at "
@@ -93,3 +145,17 @@ def _watch(server) -> None:
         ServerApp(server.snapshot).run()
     finally:
         server.stop()
+
+
+def _flag_envvars(command: click.Command) -> None:
+    """Name each option's environment variable after its flag (LOCALSPEC_CTX for --ctx, whose
+    value is called n_ctx), where click's automatic name, from the value's name, differs."""
+    for param in command.params:
+        longs = [o for o in getattr(param, "opts", []) if o.startswith("--")]
+        if isinstance(param, click.Option) and param.envvar is None and longs:
+            name = "LOCALSPEC_" + longs[0][2:].upper().replace("-", "_")
+            if name != f"LOCALSPEC_{param.name.upper()}":
+                param.envvar = name
+
+
+_flag_envvars(serve)

@@ -100,6 +100,7 @@ def _bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
+        sock.listen(2048)   # connections wait in the backlog from now on, not refused until uvicorn starts
     except OSError as exc:
         sock.close()
         raise BadInput(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
