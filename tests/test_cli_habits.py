@@ -160,6 +160,15 @@ def test_serve_flags_set_the_defaults(tiny_target, tiny_draft):
             "Origin": "https://evil.example", "Access-Control-Request-Method": "GET"})[0] == 403
 
 
+def test_serve_draft_length_and_temperature(tiny_target):
+    """--draft-max alone drafts exactly that many every round (as for run); --draft-temp and
+    --ngram reach the server's defaults too."""
+    with served(str(tiny_target), "--ngram", "--draft-max", "6", "--draft-temp", "0.4", "-t", "1") as (port, _):
+        p = get(port, "GET", "/props")[2]["default_generation_settings"]["params"]
+        assert (p["speculative.n_max"], p["speculative.adaptive"], p["speculative.drafter"]) == (6, False, "ngram")
+        assert p["speculative.draft_temperature"] == 0.4
+
+
 def test_serve_options_from_the_environment(tiny_target, tiny_draft):
     """LOCALSPEC_<OPTION> sets any serve option (a drafting setting counts as given, as its
     flag would); a flag on the command line wins over its variable."""
