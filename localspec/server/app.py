@@ -74,7 +74,7 @@ class ServerContext:
 
 
 def build_app(ctx: ServerContext):
-    """The ASGI application: the routes inside :class:`Guard`."""
+    """The ASGI application: the routes inside :class:`Guard`, inside :class:`Cors`."""
 
     async def health(request: Request) -> Response:
         closing = ctx.scheduler.closing
@@ -183,8 +183,8 @@ class Cors(CORSMiddleware):
 
 
 class Guard:
-    """Outermost ASGI layer: the API key on every route but /health, and the last word on
-    failures, so that no traceback reaches a client or the log."""
+    """The layer inside :class:`Cors`: the API key on every route but /health and /v1/health,
+    and the last word on failures, so that no traceback reaches a client or the log."""
 
     def __init__(self, app, ctx: ServerContext):
         self.app, self.ctx = app, ctx
