@@ -79,6 +79,12 @@ def test_positional_model_for_run_and_compare(tiny_target, tiny_draft):
     assert run_cli("run", str(tiny_target), "-m", str(tiny_target), "--ngram", "-p", "hi", "-n", "2").returncode == 0
 
 
+def test_positional_model_for_tune(tiny_target, tiny_draft):
+    r = run_cli("tune", str(tiny_target), "-md", str(tiny_draft), "--reset")
+    assert r.returncode == 0 and "forgot 0 tuned settings" in r.stdout, r.stderr
+    one_line_error(run_cli("tune", str(tiny_target), "-m", str(tiny_draft), "--reset"), 2, "two targets given")
+
+
 def _prompts(tmp_path):
     p = tmp_path / "prompts.jsonl"
     p.write_text(json.dumps({"id": "a", "category": "chat", "prompt": "The quick brown fox"}))
