@@ -20,6 +20,7 @@ from ..errors import BadInput, ContextOverflow
 from .backend import Context, Rollback
 from .drafters import Draft, Drafter, NoDrafter, _common_prefix
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
+from .grammar import Grammar
 from .outputs import chain_for
 from .policy import Policy
 from .sampling import Dist, speculative_accept
@@ -88,7 +89,9 @@ class Generator:
         # hybrid target saves its state at the end, so a next prompt that differs only after
         # this one (a re-rendered chat turn) does not decode the conversation again.
         t_start = time.perf_counter()
-        tgt.sample_on_device(chain_for(sampling, confidence=False))
+        # A grammar judges whole rows of logits: the target's rows stay full while one is set.
+        grammar = Grammar(model, spec.grammar) if spec.grammar is not None else None
+        tgt.sample_on_device(None if grammar is not None else chain_for(sampling, confidence=False))
         rollback_before = _rollback_snapshot(tgt, drafter)
         alongside = self.read_alongside and (sampling.greedy or sampling.seed is None)
         read_started = alongside and policy.may_draft and policy.drafting and drafter.read_alongside(prompt)
@@ -109,7 +112,10 @@ class Generator:
         step_index = 0
         if self.first_from_prompt:
             t0 = time.perf_counter()
-            first = first_rows.argmax(0) if sampling.greedy else first_rows.dist(0, sampling).sample(rng)
+            if grammar is not None:
+                first = grammar.verify(first_rows, [], None, sampling, n_vocab, rng)[1]
+            else:
+                first = first_rows.argmax(0) if sampling.greedy else first_rows.dist(0, sampling).sample(rng)
             t_first = time.perf_counter() - t0
             emitted = yield from out.emit([first], [Origin.TARGET])
             step = Step(0, 0, 0, 0, emitted, 0.0, t_first, policy.drafting, verify_batch=0)
@@ -178,7 +184,9 @@ class Generator:
             if n and (tgt.rollback is Rollback.CHECKPOINT or (tgt.rollback is Rollback.RS and n > tgt.rs_depth)):
                 tgt.mark()
             rows = tgt.decode_rows(pending + drafts, n + 1)
-            if sampling.greedy:
+            if grammar is not None:
+                a, nxt = grammar.verify(rows, drafts, d.dists, sampling, n_vocab, rng)
+            elif sampling.greedy:
                 a = 0
                 nxt = rows.argmax(0)        # each row's argmax once, and only up to the first miss
                 while a < n and nxt == drafts[a]:

@@ -77,6 +77,7 @@ class RunSpec:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
+    grammar: str | None = None         # GBNF (start rule "root") every emitted token must follow
 
     def __post_init__(self):
         # Accept plain strings and lists from callers; the spec itself stays immutable.
@@ -102,6 +103,8 @@ class RunSpec:
             raise SpecError("stop", "must be strings")
         if any(s == "" for s in self.stop):
             raise SpecError("stop", "strings must not be empty")
+        if self.grammar is not None and not (isinstance(self.grammar, str) and self.grammar.strip()):
+            raise SpecError("grammar", "must be GBNF text (got an empty or non-text value)")
         s = self.sampling
         for name in ("temperature", "draft_temperature"):
             v = getattr(s, name)
