@@ -4,8 +4,9 @@ Small modules, one job each: :mod:`.errors` (OpenAI-style error objects), :mod:`
 (request body -> prompt tokens and a :class:`~localspec.engine.RunSpec`), :mod:`.scheduler`
 (the one engine, a bounded first-come-first-served queue, cancellation), :mod:`.metrics`
 (Prometheus), :mod:`.live` (a UI-free snapshot for the app), :mod:`.responses` (response and
-chunk objects with ``usage`` and ``timings``), :mod:`.app` (the Starlette routes) and
-:mod:`.runner` (uvicorn, sockets and signals).
+chunk objects with ``usage`` and ``timings``), :mod:`.llama` (llama-server's own objects:
+/props, /slots, /tokenize, /detokenize, /completion), :mod:`.app` (the Starlette routes and
+CORS) and :mod:`.runner` (uvicorn, sockets and signals).
 """
 
 from .runner import Server, ServerOptions
