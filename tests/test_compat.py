@@ -6,8 +6,8 @@ import pytest
 from conftest import make_engine, run_cli
 from tiny_gguf import TinySpec
 
+from localspec.engine.compat import check_files
 from localspec.errors import IncompatiblePair
-from localspec.models.compat import check_files
 
 
 def _rule(report, name):

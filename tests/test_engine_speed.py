@@ -139,8 +139,8 @@ def test_per_round_work_does_not_scan_the_context(monkeypatch, tiny_target, tiny
     """Within a generation the drafters compare only the tokens after their sync position:
     no comparison during a draft covers more than a round's worth of tokens."""
     sizes = []
-    real = drafters_mod._common_prefix
-    monkeypatch.setattr(drafters_mod, "_common_prefix",
+    real = drafters_mod.common_prefix
+    monkeypatch.setattr(drafters_mod, "common_prefix",
                         lambda a, b: (sizes.append(min(len(a), len(b))), real(a, b))[1])
     with make_engine(tiny_target, tiny_draft, drafter=drafter, draft_max=4) as e:
         d = e.drafter(DrafterKind(drafter))

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
+from localspec.engine.gguf_meta import read_metadata
 from localspec.errors import GGUFError
-from localspec.models.gguf_meta import read_metadata
 
 
 def test_reads_generated_model(tiny_target):

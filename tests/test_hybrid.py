@@ -12,7 +12,7 @@ from tiny_gguf import TinySpec
 from tiny_recurrent import RecurrentZoo, hybrid_spec, mamba2_spec, mamba_spec
 
 from localspec.engine import SamplingConfig, Step, StopReason
-from localspec.models.compat import check_files
+from localspec.engine.compat import check_files
 
 GREEDY = SamplingConfig(temperature=0.0)
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was"]

@@ -15,8 +15,8 @@ from tiny_recurrent import RecurrentZoo
 
 from localspec.engine import SamplingConfig
 from localspec.engine.backend import Model, Rollback
-from localspec.models.compat import check_files
-from localspec.models.gguf_meta import read_metadata
+from localspec.engine.compat import check_files
+from localspec.engine.gguf_meta import read_metadata
 
 GREEDY = SamplingConfig(temperature=0.0)
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was"]

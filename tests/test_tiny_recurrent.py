@@ -15,7 +15,7 @@ from tiny_gguf import TinySpec
 from tiny_recurrent import ARCHS, RecurrentSpec, RecurrentZoo, bigram_sigma
 
 from localspec.engine.backend import Context, Model, init_backend
-from localspec.models.compat import check_files
+from localspec.engine.compat import check_files
 
 PART = ll.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 PROMPT = "The quick brown fox jumps over"

@@ -10,8 +10,8 @@ from textual.widgets import Input
 from localspec.chat.session import ChatSession, ModelChoice
 from localspec.chat.settings import CHAT_DEFAULTS
 from localspec.chat.system_stats import StaticMonitor
+from localspec.engine.compat import CompatReport, Rule, TokenDifference
 from localspec.errors import IncompatiblePair
-from localspec.models.compat import CompatReport, Rule, TokenDifference
 from localspec.tui.app import LocalspecApp
 from localspec.tui.screens.compare import CompareScreen
 from localspec.tui.screens.dialogs import ErrorDialog

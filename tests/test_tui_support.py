@@ -20,6 +20,7 @@ from localspec.chat.settings import CHAT_DEFAULTS
 from localspec.chat.system_stats import GpuMemory, StaticMonitor, SystemStats
 from localspec.engine import DrafterKind, RunSpec
 from localspec.engine.backend import ModelInfo
+from localspec.engine.compat import CompatReport, Rule
 from localspec.engine.events import (
     Done,
     Origin,
@@ -30,7 +31,6 @@ from localspec.engine.events import (
     Summary,
     Token,
 )
-from localspec.models.compat import CompatReport, Rule
 from localspec.tui.app import LocalspecApp
 from localspec.tui.screens.chat import ChatScreen
 

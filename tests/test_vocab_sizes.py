@@ -9,7 +9,7 @@ from test_sampling import ALPHA, chi_square_p, exact_two_tokens, sample_pairs
 from tiny_gguf import TinySpec
 
 from localspec.engine import DrafterKind, SamplingConfig, Token
-from localspec.models.compat import check_files
+from localspec.engine.compat import check_files
 
 GREEDY = SamplingConfig(temperature=0.0)
 EXTRA = 100   # within the 128 the compatibility check allows

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..models.fingerprint import pair_key
+from ..engine.fingerprint import pair_key
 from ..paths import read_json, update_json
 
 FILE = "tuned.json"

@@ -84,7 +84,7 @@ def quant_of(path: str, description: str = "") -> str:
 
         _FTYPE_NAMES = {v: k for k, v in FTYPES.items()}
     try:
-        from ..models.gguf_meta import read_metadata
+        from ..engine.gguf_meta import read_metadata
 
         ftype = read_metadata(path).file_type
     except (LocalspecError, OSError):

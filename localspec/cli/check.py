@@ -10,10 +10,11 @@ import json
 
 import click
 
+from ..engine.compat import check_files
+from ..engine.gguf_meta import read_metadata
+from ..engine.mtp_meta import describe_mtp
 from ..errors import BadInput, GGUFError
-from ..models.compat import check_files
-from ..models.gguf_meta import read_metadata
-from ..models.mtp_head import describe_mtp, locate_mtp, parse_draft_arg
+from ..models.mtp_head import locate_mtp, parse_draft_arg
 from .main import cli
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
+from ..engine.gguf_meta import read_metadata
 from ..errors import BadInput
 from ..models.catalog import load_catalog
-from ..models.gguf_meta import read_metadata
 from ..models.puller import human
 from ..models.quantize import FTYPES
 from ..models.quantize import quantize as run_quantize

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Protocol
 
-from .drafters import Draft, Gate, ModelDrafter, NgramDrafter, _judged_prefix
+from .drafters import Draft, Gate, ModelDrafter, NgramDrafter, judged_prefix
 from .sampling import SamplingConfig
 
 _UNUSED_HELD = 8   # lookup proposals waiting to be judged against what the target emits
@@ -139,7 +139,7 @@ class ChainDrafter:
             if start > n:            # a context that is no extension of the last: drop them
                 self._unused.clear()
                 return
-            matched = _judged_prefix(tokens, context, start)
+            matched = judged_prefix(tokens, context, start)
             if matched is not None:
                 self._unused.remove(item)
                 plan.lookup_unused(k, len(tokens), matched)

@@ -132,7 +132,7 @@ def pick(rows: Rows, cfg: SamplingConfig, rng, gate: Gate | None,
     return tok, dist, top
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
     """How many leading tokens two sequences share (list comparisons run in C: a 32K-token
     prompt takes a fraction of a millisecond, not a Python loop's milliseconds)."""
     n = min(len(a), len(b))
@@ -146,12 +146,12 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def _judged_prefix(tokens: list[int], context: list[int], start: int) -> int | None:
+def judged_prefix(tokens: list[int], context: list[int], start: int) -> int | None:
     """How many leading ``tokens`` (proposed at ``start``) the context matches, once it
     decides: a token that differs, or all of them there; None while all so far match and
     the rest are still to come."""
     seen = context[start:start + len(tokens)]
-    right = _common_prefix(tokens, seen)
+    right = common_prefix(tokens, seen)
     return None if right == len(seen) < len(tokens) else right
 
 
@@ -263,7 +263,7 @@ class ModelDrafter:
         ctx = self.ctx
         known = min(self._known, end, len(ctx.tokens))
         o = self.offset
-        return known + _common_prefix(ctx.tokens[known:end], self._map(context[o + known:o + end]))
+        return known + common_prefix(ctx.tokens[known:end], self._map(context[o + known:o + end]))
 
     def prefill(self, tokens: list[int], *, now: bool = True) -> None:
         """Decode a prompt (all but its last token, which each draft starts from); the one
@@ -307,7 +307,7 @@ class ModelDrafter:
     def _unread(self, head: list[int]) -> list[int]:
         """Bring the cache to the longest prefix of ``head`` it holds; return the rest."""
         self._whole_context()
-        return head[self.ctx.truncate(_common_prefix(self.ctx.tokens, head)):]
+        return head[self.ctx.truncate(common_prefix(self.ctx.tokens, head)):]
 
     def catch_up_alongside(self, context: list[int]) -> None:
         """Start decoding, on a thread of its own, the tokens of ``context`` (all but its
@@ -580,7 +580,7 @@ class NgramDrafter(ReadsInline):
         """Judge each held match whose tokens the context now decides."""
         for item in list(self._pending):
             where, tokens, cls = item
-            right = _judged_prefix(tokens, context, where)
+            right = judged_prefix(tokens, context, where)
             if right is None:
                 continue
             self._pending.remove(item)
@@ -603,7 +603,7 @@ class NgramDrafter(ReadsInline):
         last one, and only its end is checked. False: it was not, and the index started over."""
         seen = self._seen
         if check:
-            same = _common_prefix(seen, context) == len(seen)
+            same = common_prefix(seen, context) == len(seen)
         else:
             same = len(context) >= len(seen) and (not seen or context[len(seen) - 1] == seen[-1])
         if not same:

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import BadInput, IncompatiblePair
-from ..models.compat import check_files
 from .backend import CACHE_TYPES, Context, Model, default_threads
 from .chain import ChainDrafter
 from .chain_policy import LOOKUP, MODEL, ChainPolicy
+from .compat import check_files
 from .drafters import Drafter, ModelDrafter, NgramDrafter
 from .events import Event
 from .generator import Generator

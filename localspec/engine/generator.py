@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import BadInput, ContextOverflow
 from .backend import Context, Rollback
-from .drafters import Draft, Drafter, NoDrafter, _common_prefix
+from .drafters import Draft, Drafter, NoDrafter, common_prefix
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
 from .grammar import Grammar
 from .outputs import chain_for
@@ -95,7 +95,7 @@ class Generator:
         rollback_before = _rollback_snapshot(tgt, drafter)
         alongside = self.read_alongside and (sampling.greedy or sampling.seed is None)
         read_started = alongside and policy.may_draft and policy.drafting and drafter.read_alongside(prompt)
-        n_cached = tgt.truncate(min(_common_prefix(tgt.tokens, prompt), len(prompt) - 1))
+        n_cached = tgt.truncate(min(common_prefix(tgt.tokens, prompt), len(prompt) - 1))
         head = prompt if self.first_from_prompt else prompt[:-1]
         first_rows = tgt.decode_rows(head[n_cached:], 1) if len(head) > n_cached else None
         tgt.mark(pin=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..models.fingerprint import pair_key
 from ..paths import read_json, update_json
+from .fingerprint import pair_key
 
 FILE = "learned.json"
 

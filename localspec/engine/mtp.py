@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import BadInput, LocalspecError
 from .backend import Context, Model, Rollback, RollbackStats, last_log_error
-from .drafters import Draft, ReadsInline, _common_prefix, pick
+from .drafters import Draft, ReadsInline, common_prefix, pick
 from .outputs import LogitRows
 from .sampling import Dist, SamplingConfig
 
@@ -218,7 +218,7 @@ class MtpDrafter(ReadsInline):
         """Make the head's entries for positions < ``upto`` (of ``tokens``) from the target's
         stored hidden rows; return how many it decoded."""
         head = self.ctx
-        n = head.truncate(min(_common_prefix(head.tokens, tokens), upto))
+        n = head.truncate(min(common_prefix(head.tokens, tokens), upto))
         if n >= upto:
             return 0
         if not np.array_equal(self._h_tok[max(n - 1, 0):upto - 1], tokens[max(n - 1, 0):upto - 1]):

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from ..engine.gguf_meta import GGUFMetadata, read_metadata_stream
 from ..errors import BadInput, LocalspecError
-from .gguf_meta import GGUFMetadata, read_metadata_stream
 
 Progress = Callable[[str, int, int], None]   # (label, done bytes, total bytes)
 
@@ -236,7 +236,7 @@ def remote_metadata(rf: RemoteFile) -> tuple[GGUFMetadata, int]:
     already in the cache is read locally)."""
     local = cached_file(rf)
     if local is not None:
-        from .gguf_meta import read_metadata
+        from ..engine.gguf_meta import read_metadata
 
         return read_metadata(local), 0
     if offline():

@@ -18,11 +18,12 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine.compat import CompatReport, check_metadata
+from ..engine.mtp_meta import mtp_layers
 from ..errors import BadInput, IncompatiblePair, LocalspecError
 from . import hub
 from .catalog import DEFAULT_DRAFT_QUANT, DEFAULT_TARGET_QUANT, Catalog, CatalogModel, load_catalog
-from .compat import CompatReport, check_metadata
-from .mtp_head import check_head_metadata, mtp_catalog_note, mtp_layers, parse_draft_arg, pick_head_file
+from .mtp_head import check_head_metadata, mtp_catalog_note, parse_draft_arg, pick_head_file
 from .store import ModelEntry, PairEntry, Store
 
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")

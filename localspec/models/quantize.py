@@ -6,8 +6,8 @@ import ctypes
 import os
 from pathlib import Path
 
+from ..engine.gguf_meta import read_metadata
 from ..errors import BadInput, LocalspecError
-from .gguf_meta import read_metadata
 
 # llama_ftype values (llama.h)
 FTYPES = {

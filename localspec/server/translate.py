@@ -180,6 +180,9 @@ def check_request(body: dict, kind: str) -> None:
     if opts is not None and not (isinstance(opts, dict) and set(opts) <= {"include_usage"}
                                  and isinstance(opts.get("include_usage", False), bool)):
         raise ApiError(400, "stream_options takes include_usage (true or false) only", param="stream_options")
+    if kind == "completion" and opts is not None and opts.get("include_usage"):
+        raise ApiError(400, "stream_options.include_usage is OpenAI's: /completion's last event has the token "
+                            "counts and timings", param="stream_options")
     if body.get("user") is not None and not isinstance(body["user"], str):
         raise ApiError(400, "user must be a string", param="user")
     if body.get("parallel_tool_calls") is not None and not isinstance(body["parallel_tool_calls"], bool):

@@ -179,7 +179,7 @@ class ModelsScreen(Screen):
         if not (row.target_path and row.draft_path):
             report.update(f"{row.key}: a model of this pair is no longer in the store")
             return
-        from ...models.compat import check_files
+        from ...engine.compat import check_files
 
         try:
             rep = check_files(row.target_path, row.draft_path)

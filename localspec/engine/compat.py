@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .gguf_meta import GGUFMetadata, read_metadata
+from .mtp_meta import describe_mtp, mtp_layers
 
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_TOKEN_ID = 5
@@ -201,8 +202,6 @@ def check_metadata(target: GGUFMetadata, draft: GGUFMetadata) -> CompatReport:
                             describe(target), describe(draft))
     report.notes = [n for n in (memory_note("target", target.architecture),
                                 memory_note("draft", draft.architecture)) if n]
-    from .mtp_head import describe_mtp, mtp_layers
-
     if mtp_layers(target) > 0:
         report.notes.append(f"target {describe_mtp(target)}")
     return report
