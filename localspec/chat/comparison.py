@@ -13,9 +13,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..engine import DrafterKind, Engine, RunSpec
+from ..engine import DrafterKind, RunSpec
 from ..engine.events import Done, Event
+
+if TYPE_CHECKING:   # the engine loads llama.cpp; a comparison only drives one it is given
+    from ..engine import Engine
 
 # Logits closer than this where two greedy answers part: llama.cpp's batch rounding (up to
 # ~0.005 on the CPU) can pick either token.

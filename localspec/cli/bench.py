@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-from tqdm.auto import tqdm
 
 from ..bench import sweep as benchmark
 from ..bench import tuning
-from ..engine import Engine, EngineConfig, rollback_depth
-from ..engine.backend import backend_name
 from ..errors import BadInput
 from ..models.mtp_head import locate_mtp, parse_draft_arg
 from .main import cli
 from .options import hardware_options, model_argument, resolve_model, take_target, validated
+
+if TYPE_CHECKING:   # the engine loads llama.cpp: imported where a command runs, not for --help
+    from ..engine import Engine
 
 
 def _list(value: str | None, kind, name: str) -> list:
@@ -94,6 +94,8 @@ def _models(opts: dict, drafters: list[str] | tuple[str, ...] = ("model",)) -> _
 
 
 def _engine(opts: dict, models: _Models, specs) -> Engine:
+    from ..engine import Engine, EngineConfig, rollback_depth
+
     return Engine(EngineConfig(target=models.target, draft=models.draft, mtp=models.mtp, mtp_file=models.mtp_file,
                                n_ctx=opts["n_ctx"], threads=opts["threads"],
                                gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
@@ -123,7 +125,9 @@ def _checked(cells, n: int, seed: int, temp: float) -> list:
 
 def _run_sweep(engine, prompts, cells, *, runs, n, seed, temp, save, label: str):
     total = (len(cells) + 1) * len(prompts) * runs
-    bar = tqdm(total=total, desc=label, unit="gen", file=sys.stderr, dynamic_ncols=True)
+    from .progress import bar as progress_bar
+
+    bar = progress_bar(total=total, desc=label, unit="gen")
     partial: list = []
 
     def done_cell(res):
@@ -264,6 +268,8 @@ def tune(**opts) -> int:
     if opts["reset"]:
         if opts["target"] or opts["draft"] or opts["demo"]:
             models = _models(opts, _drafters(opts | {"drafter": None}))
+            from ..engine.backend import backend_name
+
             n = tuning.reset(models.key(backend_name(opts["gpu_layers"] or -1)))
         else:
             n = tuning.reset()

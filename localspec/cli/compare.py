@@ -7,7 +7,7 @@ import json
 import click
 
 from ..chat.comparison import compare as run_comparison
-from ..engine import Done, Engine
+from ..engine import Done
 from . import render
 from .main import cli
 from .options import generation_options, prepare, prompt_tokens, read_prompt
@@ -31,6 +31,8 @@ def compare(**opts) -> None:
     def say(name: str, ev) -> None:
         if not quiet and not isinstance(ev, Done) and getattr(ev, "n_cached", None) is not None:
             click.echo(f"running {name.replace('_', ' ')}...", err=True)
+
+    from ..engine import Engine
 
     with Engine(config) as engine:
         tokens = prompt_tokens(engine, opts, text)

@@ -7,7 +7,6 @@ import json
 import click
 
 from .. import __version__
-from ..engine import backend
 from .main import cli
 
 
@@ -21,6 +20,8 @@ def info(as_json: bool) -> None:
       localspec info
     """
     import llama_cpp
+
+    from ..engine import backend
 
     data = {
         "localspec": __version__,

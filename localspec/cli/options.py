@@ -14,13 +14,17 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from ..engine import DrafterKind, EngineConfig, RunSpec, SamplingConfig, SpecError, rollback_depth
-from ..engine.backend import CACHE_TYPES
+from ..engine import DrafterKind, RunSpec, SamplingConfig, SpecError
+from ..engine.kv_cache import CACHE_TYPES
 from ..errors import BadInput
 from ..models.mtp_head import locate_mtp, parse_draft_arg
+
+if TYPE_CHECKING:   # the engine loads llama.cpp: imported where a command runs, not for --help
+    from ..engine import EngineConfig
 
 _SPEC = RunSpec()
 _SAMPLING = SamplingConfig()
@@ -247,6 +251,8 @@ def mtp_pair(target_path: str, draft_arg: str) -> Pair:
 
 def engine_config(opts: dict, pair: Pair, spec: RunSpec | None = None) -> EngineConfig:
     """What to load: the pair and the hardware flags."""
+    from ..engine import EngineConfig, rollback_depth
+
     depth = rollback_depth(spec) if spec is not None else None
     return EngineConfig(target=pair.target, draft=pair.draft, mtp=pair.drafter is DrafterKind.MTP,
                         mtp_file=pair.mtp_file, n_ctx=opts["n_ctx"], threads=opts["threads"],

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..engine import Done, Engine, PolicyNote, TextChunk, Token
+from ..engine import Done, PolicyNote, TextChunk, Token
 from . import render
 from .main import cli
 from .options import generation_options, prepare, prompt_tokens, read_prompt
@@ -24,6 +24,8 @@ def run(**opts) -> None:
     """
     text = read_prompt(opts)
     config, spec = prepare(opts)
+    from ..engine import Engine
+
     with Engine(config) as engine:
         tokens = prompt_tokens(engine, opts, text)
         done = None

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from ..engine import DrafterKind, Engine, RunSpec
+from ..engine import DrafterKind, RunSpec
 from ..errors import BadInput
 from .main import cli
 from .options import (
@@ -123,6 +123,8 @@ def serve(**opts) -> None:
                             log_level="warning" if opts["quiet"] or opts["tui"] else "info",
                             access_log=not (opts["quiet"] or opts["tui"]), strict_model=opts["strict_model"],
                             cors=cors)
+    from ..engine import Engine
+
     with Engine(engine_config(opts, pair, base)) as engine:
         server = Server(engine, base, options)
         click.echo(f"localspec: serving {options.model_id} ({base.describe().split(' · ')[0]}) at "

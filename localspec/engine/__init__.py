@@ -5,13 +5,44 @@ emits typed events (:mod:`localspec.engine.events`). The engine knows nothing of
 it must never import textual.
 """
 
-from .engine import Engine, EngineConfig, rollback_depth
-from .events import Done, Origin, PolicyNote, PromptProcessed, Step, StopReason, Summary, TextChunk, Token
-from .sampling import SamplingConfig
-from .spec import DrafterKind, RunSpec, SpecError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# Each public name and the submodule that defines it. They load on first use, so that what
+# needs only the run settings or the events (the command line's help, `localspec list`) does
+# not load llama.cpp, which :mod:`localspec.engine.engine` and its backend do.
+_EXPORTS = {
+    "Engine": "engine", "EngineConfig": "engine", "rollback_depth": "engine",
+    "Done": "events", "Origin": "events", "PolicyNote": "events", "PromptProcessed": "events", "Step": "events",
+    "StopReason": "events", "Summary": "events", "TextChunk": "events", "Token": "events",
+    "SamplingConfig": "sampling",
+    "DrafterKind": "spec", "RunSpec": "spec", "SpecError": "spec",
+}
 
 __all__ = [
     "Done", "DrafterKind", "Engine", "EngineConfig", "Origin", "PolicyNote", "PromptProcessed",
     "RunSpec", "SamplingConfig", "SpecError", "Step", "StopReason", "Summary", "TextChunk", "Token",
     "rollback_depth",
 ]
+
+if TYPE_CHECKING:
+    from .engine import Engine, EngineConfig, rollback_depth
+    from .events import Done, Origin, PolicyNote, PromptProcessed, Step, StopReason, Summary, TextChunk, Token
+    from .sampling import SamplingConfig
+    from .spec import DrafterKind, RunSpec, SpecError
+
+
+def __getattr__(name: str):
+    """Import the submodule that defines ``name`` on first use (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

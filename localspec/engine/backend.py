@@ -21,6 +21,7 @@ import llama_cpp.llama_cpp as ll
 import numpy as np
 
 from ..errors import BadInput, LocalspecError
+from .kv_cache import CACHE_TYPES
 from .outputs import DeviceChain, LogitRows, Rows, SampledRows
 
 DEVICE_ROWS_MAX = 64   # output rows a backend sampler covers in one decode (a verify batch)
@@ -135,9 +136,6 @@ class RollbackStats:
 
 
 # ggml tensor types that make sense for the KV cache.
-CACHE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
-
-
 # ---------------------------------------------------------------------------------------
 # Model
 
