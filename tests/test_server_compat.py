@@ -230,6 +230,8 @@ def test_cache_prompt_and_id_slot(tiny):
     ("/v1/completions", {"prompt": "hi", "stream_options": {"include_usage": True, "x": 1}}, 400,
      "stream_options", "include_usage"),
     ("/v1/completions", {"prompt": "hi", "user": 5}, 400, "user", "string"),
+    ("/completion", {"prompt": "hi", "stream": True, "stream_options": {"include_usage": True}}, 400,
+     "stream_options", "last event has the token counts"),
 ])
 def test_unknown_and_unsupported_fields_are_refused(tiny, path, body, status, param, match):
     s, _, out = request(tiny, "POST", path, body)
