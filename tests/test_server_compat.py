@@ -225,6 +225,8 @@ def test_cache_prompt_and_id_slot(tiny):
     ("/v1/completions", {"prompt": "hi", "repeat_penalty": 1.1}, 400, "repeat_penalty", "only its off value"),
     ("/v1/completions", {"prompt": "hi", "mirostat": 2}, 400, "mirostat", "not supported"),
     ("/v1/completions", {"prompt": "hi", "ignore_eos": True}, 400, "ignore_eos", "not supported"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "reasoning_format": "deepseek"}, 400,
+     "reasoning_format", "only its off value, 'none'"),
     ("/v1/completions", {"prompt": "hi", "samplers": "tkpm"}, 400, "samplers", "in that order"),
     ("/v1/completions", {"prompt": "hi", "samplers": ["top_k", "magic"]}, 400, "samplers", "'magic'"),
     ("/v1/completions", {"prompt": "hi", "stream_options": {"include_usage": True, "x": 1}}, 400,
@@ -244,7 +246,7 @@ def test_llama_server_off_values_are_accepted(tiny):
     off = {"repeat_penalty": 1.0, "typical_p": 1, "dynatemp_range": 0, "dynatemp_exponent": 1.0,
            "xtc_probability": 0, "xtc_threshold": 0.1, "dry_multiplier": 0, "dry_base": 1.75, "mirostat": 0,
            "top_n_sigma": -1, "timings_per_token": False, "samplers": "edkypmxt", "user": "me",
-           "presence_penalty": 0, "cache_prompt": True}
+           "presence_penalty": 0, "cache_prompt": True, "reasoning_format": "none", "backend_sampling": False}
     out = complete(tiny, max_tokens=5, **off)
     assert out["choices"][0]["text"] == complete(tiny, max_tokens=5)["choices"][0]["text"]
     assert complete(tiny, max_tokens=2, samplers=["penalties", "top_k", "top_p", "min_p", "temperature"])
