@@ -201,9 +201,10 @@ def test_n_predict(tiny):
     assert complete(tiny, n_predict=5)["usage"]["completion_tokens"] == 5
     assert complete(tiny, n_predict=5, max_tokens=5)["usage"]["completion_tokens"] == 5   # agreeing is fine
     with serving(tiny.ctx.engine.config.target, drafter="none", n_ctx=48) as small:
-        out = complete(small, n_predict=-1)                      # no limit: the context's room
-        assert out["choices"][0]["finish_reason"] == "length"
-        assert out["usage"]["prompt_tokens"] + out["usage"]["completion_tokens"] >= 47
+        for field in ("n_predict", "max_tokens"):                # -1, llama-server's "no limit": the room left
+            out = complete(small, **{field: -1})
+            assert out["choices"][0]["finish_reason"] == "length"
+            assert out["usage"]["prompt_tokens"] + out["usage"]["completion_tokens"] >= 47
 
 
 def test_cache_prompt_and_id_slot(tiny):
@@ -246,7 +247,8 @@ def test_llama_server_off_values_are_accepted(tiny):
     off = {"repeat_penalty": 1.0, "typical_p": 1, "dynatemp_range": 0, "dynatemp_exponent": 1.0,
            "xtc_probability": 0, "xtc_threshold": 0.1, "dry_multiplier": 0, "dry_base": 1.75, "mirostat": 0,
            "top_n_sigma": -1, "timings_per_token": False, "samplers": "edkypmxt", "user": "me",
-           "presence_penalty": 0, "cache_prompt": True, "reasoning_format": "none", "backend_sampling": False}
+           "presence_penalty": 0, "logit_bias": [], "cache_prompt": True, "reasoning_format": "none",
+           "backend_sampling": False}
     out = complete(tiny, max_tokens=5, **off)
     assert out["choices"][0]["text"] == complete(tiny, max_tokens=5)["choices"][0]["text"]
     assert complete(tiny, max_tokens=2, samplers=["penalties", "top_k", "top_p", "min_p", "temperature"])

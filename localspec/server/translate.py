@@ -40,7 +40,7 @@ JSON_NAMES = {name: name for name in SAMPLING} | {
 _UNSUPPORTED = {"logprobs": (None, False), "top_logprobs": (None, 0), "tools": (None, []),
                 "functions": (None, []), "tool_choice": (None, "none"), "echo": (None, False),
                 "best_of": (None, 1), "suffix": (None, ""), "presence_penalty": (None, 0, 0.0),
-                "frequency_penalty": (None, 0, 0.0), "logit_bias": (None, {})}
+                "frequency_penalty": (None, 0, 0.0), "logit_bias": (None, {}, [])}
 
 # llama-server's sampler switches this server does not have: accepted at their "off" value
 # (llama.cpp's default), refused otherwise.
@@ -263,8 +263,8 @@ def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tup
 
 def _length(body: dict, room: int) -> tuple[str, object]:
     """(the length field sent, the answer's most tokens): max_completion_tokens, max_tokens or
-    llama-server's n_predict (-1: no limit); none or no limit: what the context has room for.
-    Two of them that disagree are a 400."""
+    llama-server's n_predict; none, or -1 (llama-server's "no limit", which its web UI sends
+    as max_tokens too): what the context has room for. Two of them that disagree are a 400."""
     given = [(k, body[k]) for k in _LENGTH if body.get(k) is not None]
     for k, v in given[1:]:
         if v != given[0][1]:
@@ -272,7 +272,7 @@ def _length(body: dict, room: int) -> tuple[str, object]:
     if not given:
         return "max_tokens", room
     name, value = given[0]
-    if name == "n_predict" and value == -1 and not isinstance(value, bool):
+    if value == -1 and not isinstance(value, bool):
         return name, room
     return name, value
 
