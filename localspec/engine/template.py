@@ -66,7 +66,7 @@ def _compiled(template: str) -> jinja2.Template:
 
 
 def render_chat(template: str | None, messages: list[dict], *, bos_token: str = "",
-                eos_token: str = "", add_generation_prompt: bool = True) -> str:
+                eos_token: str = "", add_generation_prompt: bool = True, tools: list[dict] | None = None) -> str:
     """Render ``messages`` with a chat template.
 
     Args:
@@ -74,6 +74,8 @@ def render_chat(template: str | None, messages: list[dict], *, bos_token: str = 
         messages: dicts with a role and a content.
         bos_token, eos_token: the texts the template may place.
         add_generation_prompt: end with the opening of the assistant's turn.
+        tools: OpenAI-style tool definitions, given to the template as ``tools`` (as
+            transformers' ``apply_chat_template`` does); None: the template sees none.
 
     Returns:
         The prompt text.
@@ -87,21 +89,22 @@ def render_chat(template: str | None, messages: list[dict], *, bos_token: str = 
             raise LocalspecError("each chat message needs a role and a content")
     try:
         tmpl = _compiled(template or CHATML)
+        extra = {"tools": tools} if tools else {}
         return tmpl.render(messages=messages, bos_token=bos_token, eos_token=eos_token,
-                           add_generation_prompt=add_generation_prompt)
+                           add_generation_prompt=add_generation_prompt, **extra)
     except jinja2.exceptions.SecurityError as exc:
         raise LocalspecError(f"the model's chat template tried something unsafe: {exc}") from None
     except jinja2.TemplateError as exc:
         raise LocalspecError(f"the model's chat template failed: {exc}") from None
 
 
-def chat_tokens(model, messages: list[dict]) -> list[int]:
+def chat_tokens(model, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
     """Render with the model's template and tokenize, adding BOS once when the model wants it.
 
     Args:
         model: a loaded :class:`~localspec.engine.backend.Model` (its template, BOS/EOS and
             tokenizer).
-        messages: as for :func:`render_chat`.
+        messages, tools: as for :func:`render_chat`.
 
     Returns:
         The prompt's token ids.
@@ -111,7 +114,7 @@ def chat_tokens(model, messages: list[dict]) -> list[int]:
     """
     bos = model.token_text(model.bos) if model.bos >= 0 else ""
     eos = model.token_text(model.eos) if model.eos >= 0 else ""
-    text = render_chat(model.chat_template(), messages, bos_token=bos, eos_token=eos)
+    text = render_chat(model.chat_template(), messages, bos_token=bos, eos_token=eos, tools=tools)
     tokens = model.tokenize(text, add_special=False, parse_special=True)
     if model.add_bos and model.bos >= 0 and (not tokens or tokens[0] != model.bos):
         tokens.insert(0, model.bos)

@@ -32,8 +32,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..engine import Done, Engine, RunSpec, StopReason
+from ..engine.template import chat_tokens
 from ..errors import LocalspecError
-from . import llama, translate
+from . import llama, tools, translate
 from .errors import ApiError
 from .live import LiveState
 from .metrics import Metrics
@@ -227,12 +228,11 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _prompt(ctx: ServerContext, body: dict, kind: str) -> list[int]:
+def _prompt(ctx: ServerContext, body: dict, kind: str, plan: tools.Plan) -> list[int]:
     engine = ctx.engine
     if kind == "chat":
-        msgs = translate.messages(body)
         try:
-            return engine.chat_prompt(msgs)
+            return chat_tokens(engine.target_model, plan.messages, plan.tools)
         except LocalspecError as exc:
             raise translate.template_error(exc) from None
     prompt = translate.completion_prompt(body)
@@ -263,8 +263,10 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
             raise ApiError(400, "model must be a string", param="model")
         if ctx.strict_model and name not in (None, "", ctx.model_id):
             raise _unknown_model(name, ctx.model_id)
-        prompt = _prompt(ctx, body, kind)
+        plan = tools.plan(body, ctx.engine.target_model.chat_template())
+        prompt = _prompt(ctx, body, kind, plan)
         spec = translate.run_spec(body, ctx.base, len(prompt), ctx.engine.target_ctx.n_ctx, ctx.engine.drafters)
+        spec = tools.constrain(spec, plan.grammar, ctx.engine.target_model)
         stream = bool(body.get("stream"))
         job = Job(kind, prompt, spec, Channel(asyncio.get_running_loop()), stream=stream,
                   cache_prompt=translate.cache_prompt(body))
@@ -276,6 +278,8 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
                              translate.n_predict(body))
     else:
         shape = Shape(kind, job.id, ctx.model_id, translate.include_usage(body))
+        if plan.calls is not None:
+            shape = tools.CallShape(shape, plan.calls)
     if stream:
         return StreamingResponse(_stream(ctx, job, shape), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -37,8 +37,8 @@ JSON_NAMES = {name: name for name in SAMPLING} | {
     "p_min": "speculative.p_min"}
 
 # OpenAI options we do not implement: refused when set to anything but their neutral value.
-_UNSUPPORTED = {"logprobs": (None, False), "top_logprobs": (None, 0), "tools": (None, []),
-                "functions": (None, []), "tool_choice": (None, "none"), "echo": (None, False),
+_UNSUPPORTED = {"logprobs": (None, False), "top_logprobs": (None, 0),
+                "functions": (None, []), "echo": (None, False),
                 "best_of": (None, 1), "suffix": (None, ""), "presence_penalty": (None, 0, 0.0),
                 "frequency_penalty": (None, 0, 0.0), "logit_bias": (None, {}, [])}
 
@@ -60,6 +60,7 @@ _LLAMA_TUNING = {"dynatemp_exponent": "dynatemp_range", "xtc_threshold": "xtc_pr
 # The fields every generating endpoint honours, besides the prompt's own field.
 _HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "max_tokens", "max_completion_tokens",
              "n_predict", "cache_prompt", "id_slot", "samplers", "user", "parallel_tool_calls", "response_format",
+             "tools", "tool_choice",
              *SAMPLING}
 
 # The prompt's field of each endpoint ("completion" is llama-server's native /completion).
@@ -152,8 +153,8 @@ def _neutral(value, allowed: tuple) -> bool:
 
 
 def check_request(body: dict, kind: str) -> None:
-    """Refuse what this server cannot do (several choices, logprobs, tools, penalties, other
-    samplers) and any field it does not know, naming it: nothing is silently ignored."""
+    """Refuse what this server cannot do (several choices, logprobs, legacy functions, penalties,
+    other samplers) and any field it does not know, naming it: nothing is silently ignored."""
     known = known_fields(kind)
     for key in body:
         if key in known or key.startswith("speculative."):
@@ -172,9 +173,6 @@ def check_request(body: dict, kind: str) -> None:
         if key in body and not _neutral(body[key], neutral):
             raise ApiError(400, f"{key} is not supported by localspec serve (only its off value, "
                                 f"{neutral[1]!r})", param=key)
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") in (None, "text")):
-        raise ApiError(400, "response_format: only text is supported", param="response_format")
     if not isinstance(body.get("stream", False), (bool, type(None))):
         raise ApiError(400, "stream must be true or false", param="stream")
     opts = body.get("stream_options")
