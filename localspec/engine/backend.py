@@ -58,6 +58,12 @@ def init_backend() -> None:
         _initialised = True
 
 
+def clear_log() -> None:
+    """Forget llama.cpp's recent log lines, so that :func:`last_log_error` explains only
+    what comes next."""
+    _log_tail.clear()
+
+
 def last_log_error() -> str:
     """The most telling recent llama.cpp log line (used to explain a failed load)."""
     for line in reversed(_log_tail):

@@ -84,9 +84,9 @@ class Grammar:
         self.model = model
         self.gbnf = gbnf
         if _ptr is None:
-            from .backend import _log_tail, last_log_error
+            from .backend import clear_log, last_log_error
 
-            _log_tail.clear()
+            clear_log()
             _ptr = ll.llama_sampler_init_grammar(model.vocab, gbnf.encode("utf-8"), b"root")
             if not _ptr:
                 why = last_log_error() or "llama.cpp cannot parse it"
