@@ -169,8 +169,9 @@ class Cors(CORSMiddleware):
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
-            origin = Headers(scope=scope).get("origin")
-            preflight = scope["method"] == "OPTIONS" and "access-control-request-method" in Headers(scope=scope)
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            preflight = scope["method"] == "OPTIONS" and "access-control-request-method" in headers
             if origin is not None and not preflight and not self.is_allowed_origin(origin):
                 return await self.app(scope, receive, send)   # answered, but with no CORS headers at all
         await super().__call__(scope, receive, send)
