@@ -47,7 +47,7 @@ def qwen():
 # -- the engine ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("grammar", ["json", "schema"])
-def test_greedy_under_a_grammar_is_the_target_alone(tiny_target, tiny_draft, grammar):
+def test_greedy_under_a_grammar_is_the_target_alone(tiny_target, tiny_draft, grammar, one_llama_thread):
     """Random-weight models follow the grammar; every drafter (a draft model that knows
     nothing of the grammar, prompt lookup) gives the target-alone tokens, and drafts were
     really proposed and judged."""
@@ -132,7 +132,7 @@ def test_draft_tokens_the_grammar_forbids_are_rejected(smollm2_q4_1):
     assert a == 1 and nxt != word     # "{" kept; after it "hello" is still not allowed
 
 
-def test_sampled_answers_parse_and_match_the_schema(smollm2_q4_1):
+def test_sampled_answers_parse_and_match_the_schema(smollm2_q4_1, one_llama_thread):
     engine = make_engine(smollm2_q4_1, smollm2_q4_1, n_ctx=1024, draft_max=4)
     try:
         prompt = engine.chat_prompt([{"role": "user", "content": "Describe a cat as JSON."}])
