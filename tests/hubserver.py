@@ -882,7 +882,8 @@ class ClientEnv:
 
 def configure_client(monkeypatch, hub: FakeHub | str, tmp_path: str | os.PathLike, *, token: str | None = None,
                      offline: bool = False, no_sleep: bool = True, chunk_size: int | None = None) -> ClientEnv:
-    """Point the real huggingface_hub client (2.4.0) at ``hub`` for one test, via ``monkeypatch``.
+    """Point the real huggingface_hub client (2.4.0, and 1.0.0, the lowest localspec takes) at
+    ``hub`` for one test, via ``monkeypatch``.
 
     Setting ``HF_ENDPOINT`` & co. in ``os.environ`` is not enough in-process: ``huggingface_hub.constants``
     reads them once at import. This sets the environment (for subprocesses, e.g. the ``localspec`` CLI)
@@ -945,8 +946,10 @@ def configure_client(monkeypatch, hub: FakeHub | str, tmp_path: str | os.PathLik
     c = constants
     monkeypatch.setattr(c, "ENDPOINT", endpoint)
     monkeypatch.setattr(c, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-    monkeypatch.setattr(c, "HF_URL_HOSTS", frozenset(c.HF_URL_HOSTS | {urlsplit(endpoint).hostname}))
-    monkeypatch.setattr(_http, "_HUB_ORIGINS", frozenset(_http._HUB_ORIGINS | {_http._url_origin(endpoint)}))
+    if hasattr(c, "HF_URL_HOSTS"):   # 2.x; 1.x follows every redirect and has no such lists
+        monkeypatch.setattr(c, "HF_URL_HOSTS", frozenset(c.HF_URL_HOSTS | {urlsplit(endpoint).hostname}))
+    if hasattr(_http, "_HUB_ORIGINS"):
+        monkeypatch.setattr(_http, "_HUB_ORIGINS", frozenset(_http._HUB_ORIGINS | {_http._url_origin(endpoint)}))
     monkeypatch.setattr(hf_api.api, "endpoint", endpoint)
     monkeypatch.setattr(c, "HF_HOME", str(home))
     monkeypatch.setattr(c, "HF_HUB_CACHE", str(cache_dir))
