@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import openai
 import pytest
@@ -458,16 +459,20 @@ def test_signal_answers_in_flight_and_exits_0(slow_pair, sig):
             line = proc.stderr.readline()
             assert line, "the server exited before serving"
         url = re.search(r"(http://\S+)/v1", line).group(1)
+        server = SimpleNamespace(port=int(url.rsplit(":", 1)[1]))   # for request()
         c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         outcome = {}
+        streaming = threading.Event()
 
         def streamed():
             try:
                 for _ in c.completions.create(model="bigram-big", prompt=PROMPT, max_tokens=3000, stream=True):
-                    pass
+                    streaming.set()
                 outcome["stream"] = "ended"
             except openai.APIError as exc:
                 outcome["stream"] = str(exc)
+            finally:
+                streaming.set()
 
         def waiting():
             try:
@@ -476,12 +481,14 @@ def test_signal_answers_in_flight_and_exits_0(slow_pair, sig):
             except openai.APIStatusError as exc:
                 outcome["queued"] = exc.status_code
 
+        # The signal comes once the stream has sent text and the second request waits behind it
+        # (seen, not slept on: a connection the server has not yet taken would be refused instead).
         threads = [threading.Thread(target=streamed)]
         threads[0].start()
-        time.sleep(1.0)   # generating by now
+        assert streaming.wait(60) and "stream" not in outcome, outcome
         threads.append(threading.Thread(target=waiting))
         threads[1].start()
-        time.sleep(0.5)
+        _wait(lambda: request(server, "GET", "/health")[2]["queue_depth"] == 1)
         proc.send_signal(sig)
         rc = proc.wait(30)
         for t in threads:
