@@ -125,3 +125,30 @@ def test_the_lock_is_reentrant_within_a_thread(tmp_path, monkeypatch):
     store = Store(tmp_path)
     store.add_model(ModelEntry(name="m", path="/m.gguf"))
     assert [m.name for m in store.models()] == ["m"]
+
+
+def test_learned_state_outlives_a_stuck_lock_in_the_process(tmp_path, monkeypatch):
+    """A generation never fails on learned.json: with its lock held elsewhere, what was
+    learned stays in the process."""
+    from localspec.engine import memory
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    monkeypatch.setattr(paths, "LOCK_TIMEOUT", 0.05)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, filelock
+        lock = filelock.FileLock({str(tmp_path / (memory.FILE + '.lock'))!r})
+        lock.acquire()
+        print("held", flush=True)
+        sys.stdin.read()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        m = memory.Memory(str(model), None, "cpu")
+        m.put("model", {"k": 1})
+        assert m.get("model") == {"k": 1}
+        assert memory.Memory(str(model), None, "cpu").get("model") is None
+    finally:
+        holder.communicate("")
+    assert not (tmp_path / memory.FILE).exists()

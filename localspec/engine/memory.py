@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..paths import read_json, update_json
+from ..paths import StateLockTimeout, read_json, update_json
 from .fingerprint import pair_key
 
 FILE = "learned.json"
@@ -54,7 +54,10 @@ class Memory:
         """The last state learned with this drafter: this process's, else the stored one."""
         if drafter not in self._states and self.persist:
             key = self.key(drafter)
-            entry = load().get(key) if key else None
+            try:
+                entry = load().get(key) if key else None
+            except StateLockTimeout:   # another process hangs on the file: start afresh
+                entry = None
             if isinstance(entry, dict) and isinstance(entry.get("state"), dict):
                 self._states[drafter] = entry["state"]
         return self._states.get(drafter)
@@ -71,8 +74,8 @@ class Memory:
                  "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         try:
             update_json(FILE, lambda data: data.__setitem__(key, entry))
-        except OSError:
-            pass   # a read-only home: keep it for this process only
+        except (OSError, StateLockTimeout):
+            pass   # a read-only home, or a process hanging on the file: keep it for this process only
 
     def snapshot(self) -> dict[str, dict]:
         """This process's states, to put back with :meth:`restore` (a benchmark's warm-up run
