@@ -23,8 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from tiny_gguf import TinySpec  # noqa: E402
-from tiny_recurrent import RecurrentZoo, hybrid_spec, mamba_spec  # noqa: E402
+from tiny import TinySpec, TinyZoo, hybrid_spec, mamba_spec  # noqa: E402
 
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
 
@@ -48,7 +47,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", default="bench-checkpoint.json")
     args = ap.parse_args(argv)
-    z = RecurrentZoo(Path(tempfile.mkdtemp()))
+    z = TinyZoo(Path(tempfile.mkdtemp()))
     rows = []
     for width in (64, 512):
         ff = width * 2

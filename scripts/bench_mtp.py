@@ -5,7 +5,7 @@
 
 One qwen35 target (Gated DeltaNet + attention, the qwen-27b architecture) with an MTP block,
 and a smaller qwen35 draft model of the same tokenizer; both follow the same bigram chain
-(tests/tiny_qwen35.py), so the draft model and the MTP head both agree with the target often
+(tests/tiny/), so the draft model and the MTP head both agree with the target often
 but not always. One engine holds the target, its MTP head and the draft model; the three
 drafters run greedy, fixed K, in alternation (none, mtp, model, none, ...) so slow phases of
 this shared machine hit them alike; the report gives medians and min-max per drafter and the
@@ -28,16 +28,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from tiny_qwen35 import Qwen35Spec, write_qwen35_model  # noqa: E402
+from tiny import qwen35_spec, write_model  # noqa: E402
 
 from localspec.engine import Done, Engine, EngineConfig, RunSpec, SamplingConfig, Step  # noqa: E402
 
-TARGET = Qwen35Spec(n_embd=512, n_layer=8, n_head=8, n_head_kv=2, head_dim=64, n_rot=16, n_ff=1536,
-                    d_state=64, n_k_heads=4, n_v_heads=8, mtp=True, bigram_seed=5, layer_gain=0.05,
-                    mtp_noise=1.0, name="bench-q35-target")
-DRAFT = Qwen35Spec(n_embd=128, n_layer=2, full_attention_interval=2, n_head=2, n_head_kv=1, head_dim=64,
-                   n_rot=16, n_ff=384, d_state=32, n_k_heads=2, n_v_heads=4, bigram_seed=5, layer_gain=0.05,
-                   noise=0.3, seed=3, name="bench-q35-draft")
+TARGET = qwen35_spec(n_embd=512, n_layer=8, n_head=8, n_head_kv=2, head_dim=64, n_rot=16, n_ff=1536,
+                     d_state=64, n_k_heads=4, n_v_heads=8, mtp=True, bigram_seed=5, layer_gain=0.05,
+                     mtp_noise=1.0, name="bench-q35-target")
+DRAFT = qwen35_spec(n_embd=128, n_layer=2, full_attention_interval=2, n_head=2, n_head_kv=1, head_dim=64,
+                    n_rot=16, n_ff=384, d_state=32, n_k_heads=2, n_v_heads=4, bigram_seed=5, layer_gain=0.05,
+                    noise=0.3, seed=3, name="bench-q35-draft")
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was"]
 DRAFTERS = ("none", "mtp", "model")
 
@@ -69,8 +69,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
-        target = write_qwen35_model(Path(tmp) / "target.gguf", TARGET)
-        draft = write_qwen35_model(Path(tmp) / "draft.gguf", DRAFT)
+        target = write_model(Path(tmp) / "target.gguf", TARGET)
+        draft = write_model(Path(tmp) / "draft.gguf", DRAFT)
         config = EngineConfig(target=str(target), draft=str(draft), mtp=True, n_ctx=1024, threads=args.threads,
                               rollback_depth=args.k + 1)
         with Engine(config) as engine:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import llama_cpp.llama_cpp as ll  # noqa: E402
 from llama_replay import Replay, ReplayDiverged  # noqa: E402
-from tiny_gguf import TinySpec, TinyZoo, bpe_vocab  # noqa: E402
+from tiny import TinySpec, TinyZoo, bpe_vocab  # noqa: E402
 
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
 

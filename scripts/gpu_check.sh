@@ -17,7 +17,7 @@
 #    recurrent/hybrid ones and SmolLM2 all run on CUDA.
 # 3. Benchmarks target-only vs speculative decoding, alternating runs, medians: the SmolLM2
 #    pair the tests use (F16 target made from the shipped Q4_1, Q4_1 draft) and the largest
-#    generated pair (tests/tiny_gguf.py: a 16-layer 2048-wide F16 target with a 152K-token
+#    generated pair (tests/tiny/: a 16-layer 2048-wide F16 target with a 152K-token
 #    vocabulary and a 2-layer draft that agree on every token; GPU_CHECK_WIDTH and
 #    GPU_CHECK_LAYERS make it larger or smaller).
 set -euo pipefail
@@ -111,7 +111,7 @@ from pathlib import Path
 sys.path.insert(0, "tests")
 sys.path.insert(0, "scripts")
 from bench_overhead import python_ms_per_token, run  # noqa: E402
-from tiny_gguf import TinySpec, TinyZoo, bpe_vocab  # noqa: E402
+from tiny import TinySpec, TinyZoo, bpe_vocab  # noqa: E402
 
 from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
 
@@ -195,12 +195,12 @@ except BaseException as exc:  # noqa: BLE001
 # given (GPU_CHECK_MTP_TARGET, e.g. Qwen3.8-27B-Q4_K_M.gguf; GPU_CHECK_MTP_FILE, its
 # mtp-*.gguf unless the target embeds the head; GPU_CHECK_MTP_DRAFT, a draft model to compare).
 try:
-    from tiny_qwen35 import Qwen35Spec, write_qwen35_model
+    from tiny import qwen35_spec, write_model
 
-    q35 = Qwen35Spec(n_embd=width // 2, n_layer=max(4, layers // 2), n_head=max(4, width // 256),
-                     n_head_kv=2, head_dim=128, n_rot=32, n_ff=width, d_state=64, n_k_heads=4,
-                     n_v_heads=8, mtp=True, bigram_seed=5, layer_gain=0.05, f16=True)
-    model = write_qwen35_model(work / "q35-mtp.gguf", q35)
+    q35 = qwen35_spec(n_embd=width // 2, n_layer=max(4, layers // 2), n_head=max(4, width // 256),
+                      n_head_kv=2, head_dim=128, n_rot=32, n_ff=width, d_state=64, n_k_heads=4,
+                      n_v_heads=8, mtp=True, bigram_seed=5, layer_gain=0.05, f16=True)
+    model = write_model(work / "q35-mtp.gguf", q35)
     results.append(bench(f"generated qwen35 {q35.n_layer}x{q35.n_embd} + MTP head", model, None,
                          "The quick brown fox", mtp=True))
 except BaseException as exc:  # noqa: BLE001

@@ -23,7 +23,7 @@ os.environ.pop("HF_TOKEN", None)
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tiny_gguf import TinySpec, TinyZoo  # noqa: E402
+from tiny import TinySpec, TinyZoo  # noqa: E402
 
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
 

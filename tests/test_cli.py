@@ -94,7 +94,7 @@ def test_missing_and_non_gguf_models(tiny_target, tmp_path):
 
 
 def test_incompatible_pair_is_refused(zoo, tiny_target):
-    from tiny_gguf import TinySpec
+    from tiny import TinySpec
 
     other = zoo.get(TinySpec(vocab_shuffle=7), "other-vocab.gguf")
     r = run_cli("run", "-m", str(tiny_target), "-d", str(other), "-p", "hi")

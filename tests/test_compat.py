@@ -4,7 +4,7 @@ import json
 
 import pytest
 from conftest import make_engine, run_cli
-from tiny_gguf import TinySpec
+from tiny import TinySpec
 
 from localspec.engine.compat import check_files
 from localspec.errors import IncompatiblePair

@@ -9,7 +9,7 @@ import pytest
 from conftest import make_engine, run_to_done
 from test_sampling import ALPHA, chi_square_p, exact_two_tokens, sample_pairs
 from test_vocab_sizes import EXTRA
-from tiny_gguf import TinySpec
+from tiny import TinySpec
 
 from localspec.engine import SamplingConfig, outputs
 from localspec.engine.backend import Context, Model, _runs_on_backend

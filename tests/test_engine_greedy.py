@@ -7,7 +7,7 @@ import threading
 import llama_cpp.llama_cpp as ll
 import pytest
 from conftest import make_engine, run_spec, run_to_done
-from tiny_gguf import TinySpec
+from tiny import TinySpec
 
 from localspec.engine import Origin, SamplingConfig, Step, StopReason, Token
 

@@ -10,8 +10,7 @@ import llama_cpp.llama_cpp as ll
 import numpy as np
 import pytest
 from conftest import make_engine, run_to_done
-from tiny_gguf import TinySpec
-from tiny_recurrent import RecurrentZoo, hybrid_spec, mamba_spec
+from tiny import TinySpec, hybrid_spec, mamba_spec
 
 from localspec.engine import DrafterKind, SamplingConfig, Token
 from localspec.engine import drafters as drafters_mod
@@ -22,11 +21,6 @@ GREEDY = SamplingConfig(temperature=0.0)
 SAMPLED = SamplingConfig(temperature=0.9, seed=3)
 LONG = ("The quick brown fox jumps over the lazy dog. The dog sleeps in the sun and the fox runs "
         "into the forest. Once upon a time there was a little robot who wanted to paint the sky. ") * 3
-
-
-@pytest.fixture(scope="module")
-def rz(tmp_path_factory):
-    return RecurrentZoo(tmp_path_factory.mktemp("speed"))
 
 
 def kv_exact(ctx) -> bool:
@@ -97,11 +91,11 @@ def test_first_token_does_not_wait_for_the_drafter(tiny_target, tiny_draft):
 
 @pytest.mark.parametrize("mode", ["refused", "partly-done"])
 @pytest.mark.parametrize("kind", ["transformer", "hybrid"])
-def test_failed_decode_keeps_cache_and_mirror_consistent(monkeypatch, tiny_target, rz, mode, kind):
+def test_failed_decode_keeps_cache_and_mirror_consistent(monkeypatch, tiny_target, zoo, mode, kind):
     """The second chunk of a three-chunk decode fails: either llama.cpp refuses it (nothing
     decoded) or it fails after decoding part of it. The mirror then matches the cache, and
     decoding the rest gives the same logits as one clean decode."""
-    path = tiny_target if kind == "transformer" else rz.get(hybrid_spec(), "lfm2.gguf")
+    path = tiny_target if kind == "transformer" else zoo.get(hybrid_spec(), "lfm2.gguf")
     model = Model(path)
     toks = model.tokenize(LONG)[:40]
     ctx = Context(model, n_ctx=128, n_batch=16)
@@ -161,10 +155,10 @@ def test_per_round_work_does_not_scan_the_context(monkeypatch, tiny_target, tiny
     assert max(in_draft, default=0) <= 4 + 2
 
 
-def test_hybrid_target_checkpoints_the_end_of_its_prompt(rz):
+def test_hybrid_target_checkpoints_the_end_of_its_prompt(zoo):
     """A next prompt that differs from the cached sequence only after the previous prompt (a
     re-rendered chat turn) restarts from the prompt's end, not from the beginning."""
-    target = rz.get(hybrid_spec(), "lfm2.gguf")
+    target = zoo.get(hybrid_spec(), "lfm2.gguf")
     with make_engine(target, drafter="none") as e:
         assert e.target_ctx.rollback.value != "kv"
         p1 = e.tokenize(LONG)
@@ -178,9 +172,9 @@ def test_hybrid_target_checkpoints_the_end_of_its_prompt(rz):
     assert second.token_ids == fresh.token_ids
 
 
-def test_recurrent_draft_saves_its_state_once_per_round(rz):
-    target = rz.get(TinySpec(), "llama.gguf")
-    draft = rz.get(mamba_spec(noise=0.1), "mamba-d.gguf")
+def test_recurrent_draft_saves_its_state_once_per_round(zoo):
+    target = zoo.get(TinySpec(), "llama.gguf")
+    draft = zoo.get(mamba_spec(noise=0.1), "mamba-d.gguf")
     with make_engine(target, draft, draft_max=5) as e:
         toks = e.tokenize("The quick brown fox")
         base, _ = run_to_done(e, toks, sampling=GREEDY, max_tokens=40, speculative=False)

@@ -8,8 +8,7 @@ import llama_cpp.llama_cpp as ll
 import pytest
 from conftest import make_engine, run_cli, run_to_done
 from test_sampling import ALPHA, chi_square_p, exact_two_tokens, sample_pairs
-from tiny_gguf import TinySpec
-from tiny_recurrent import RecurrentZoo, hybrid_spec, mamba2_spec, mamba_spec
+from tiny import TinySpec, hybrid_spec, mamba2_spec, mamba_spec
 
 from localspec.engine import SamplingConfig, Step, StopReason
 from localspec.engine.compat import check_files
@@ -19,26 +18,21 @@ PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there w
 
 
 @pytest.fixture(scope="module")
-def rz(tmp_path_factory):
-    return RecurrentZoo(tmp_path_factory.mktemp("recurrent"))
-
-
-@pytest.fixture(scope="module")
-def models(rz):
+def models(zoo):
     return {
-        "mamba": rz.get(mamba_spec(), "mamba.gguf"),
-        "mamba-d": rz.get(mamba_spec(noise=0.1), "mamba-d.gguf"),
-        "mamba2": rz.get(mamba2_spec(), "mamba2.gguf"),
-        "mamba2-d": rz.get(mamba2_spec(noise=0.05), "mamba2-d.gguf"),
-        "lfm2": rz.get(hybrid_spec(), "lfm2.gguf"),
-        "lfm2-d": rz.get(hybrid_spec(noise=0.1), "lfm2-d.gguf"),
-        "llama": rz.get(TinySpec(), "llama.gguf"),
-        "llama-d": rz.get(TinySpec(noise=0.1), "llama-d.gguf"),
+        "mamba": zoo.get(mamba_spec(), "mamba.gguf"),
+        "mamba-d": zoo.get(mamba_spec(noise=0.1), "mamba-d.gguf"),
+        "mamba2": zoo.get(mamba2_spec(), "mamba2.gguf"),
+        "mamba2-d": zoo.get(mamba2_spec(noise=0.05), "mamba2-d.gguf"),
+        "lfm2": zoo.get(hybrid_spec(), "lfm2.gguf"),
+        "lfm2-d": zoo.get(hybrid_spec(noise=0.1), "lfm2-d.gguf"),
+        "llama": zoo.get(TinySpec(), "llama.gguf"),
+        "llama-d": zoo.get(TinySpec(noise=0.1), "llama-d.gguf"),
         # Pairs that agree on every token (all drafts accepted).
-        "lfm2-agree": rz.get(hybrid_spec(bigram_seed=5, layer_gain=0.05), "lfm2-agree.gguf"),
-        "mamba-agree": rz.get(mamba_spec(bigram_seed=5, layer_gain=0.05), "mamba-agree.gguf"),
-        "llama-agree": rz.get(TinySpec(bigram_seed=5, layer_gain=0.05), "llama-agree.gguf"),
-        "blind": rz.get(TinySpec(blind_output=True), "blind.gguf"),
+        "lfm2-agree": zoo.get(hybrid_spec(bigram_seed=5, layer_gain=0.05), "lfm2-agree.gguf"),
+        "mamba-agree": zoo.get(mamba_spec(bigram_seed=5, layer_gain=0.05), "mamba-agree.gguf"),
+        "llama-agree": zoo.get(TinySpec(bigram_seed=5, layer_gain=0.05), "llama-agree.gguf"),
+        "blind": zoo.get(TinySpec(blind_output=True), "blind.gguf"),
     }
 
 
@@ -123,14 +117,14 @@ def test_none_accepted(models):
         assert spec.summary.accepted == 0 and spec.summary.drafted > 0
 
 
-def test_end_of_generation_inside_a_draft(rz):
-    base_model = rz.get(hybrid_spec(bigram_seed=5, layer_gain=0.05), "lfm2-agree.gguf")
+def test_end_of_generation_inside_a_draft(zoo):
+    base_model = zoo.get(hybrid_spec(bigram_seed=5, layer_gain=0.05), "lfm2-agree.gguf")
     with make_engine(base_model, drafter="none") as e:
         ids = run_to_done(e, e.tokenize(PROMPTS[0]), sampling=GREEDY, max_tokens=20,
                           speculative=False)[0].token_ids
     j = next(i for i in range(5, len(ids)) if ids[i] not in ids[:i] and ids[i] > 2)
-    target = rz.get(hybrid_spec(bigram_seed=5, layer_gain=0.05, eos_id=ids[j]), f"lfm2-eos{ids[j]}.gguf")
-    draft = rz.get(mamba_spec(bigram_seed=5, layer_gain=0.05, eos_id=ids[j]), f"mamba-eos{ids[j]}.gguf")
+    target = zoo.get(hybrid_spec(bigram_seed=5, layer_gain=0.05, eos_id=ids[j]), f"lfm2-eos{ids[j]}.gguf")
+    draft = zoo.get(mamba_spec(bigram_seed=5, layer_gain=0.05, eos_id=ids[j]), f"mamba-eos{ids[j]}.gguf")
     with make_engine(target, draft, draft_max=8) as e:
         base, spec, events = compare(e, PROMPTS[0], 50)
         assert spec.stop_reason == StopReason.EOG and len(spec.token_ids) == j
@@ -158,9 +152,9 @@ def test_chat_turns_on_a_hybrid_target(models):
 
 
 @pytest.mark.parametrize("target,draft", [("lfm2", "lfm2-d"), ("mamba", "llama-d")])
-def test_lossless_sampling(rz, target, draft):
-    t = rz.get(hybrid_spec(scale=0.35) if target == "lfm2" else mamba_spec(scale=0.35), f"{target}-flat.gguf")
-    d = rz.get(hybrid_spec(scale=0.35, noise=0.3) if draft == "lfm2-d" else TinySpec(scale=0.35, noise=0.3),
+def test_lossless_sampling(zoo, target, draft):
+    t = zoo.get(hybrid_spec(scale=0.35) if target == "lfm2" else mamba_spec(scale=0.35), f"{target}-flat.gguf")
+    d = zoo.get(hybrid_spec(scale=0.35, noise=0.3) if draft == "lfm2-d" else TinySpec(scale=0.35, noise=0.3),
                f"{draft}-flat.gguf")
     cfg = SamplingConfig(temperature=1.0, top_k=8)
     with make_engine(t, d, draft_max=3) as e:

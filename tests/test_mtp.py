@@ -16,8 +16,7 @@ import pytest
 from conftest import run_cli
 from test_hybrid import kv_exact
 from test_sampling import ALPHA, chi_square_p, exact_two_tokens
-from tiny_qwen35 import REAL_VOCAB, Qwen35Spec, split_paths
-from tiny_recurrent import RecurrentZoo
+from tiny import REAL_VOCAB, qwen35_spec, split_paths
 
 from localspec.chat.session import ChatSession, ModelChoice
 from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig, Step
@@ -30,15 +29,10 @@ GREEDY = SamplingConfig(temperature=0.0)
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was"]
 # A target that mostly follows a fixed bigram chain, and an MTP head that mostly predicts it
 # (mtp_noise makes it wrong often enough for partial acceptance).
-MTP_TARGET = Qwen35Spec(mtp=True, bigram_seed=5, layer_gain=0.05, mtp_noise=2.0)
+MTP_TARGET = qwen35_spec(mtp=True, bigram_seed=5, layer_gain=0.05, mtp_noise=2.0)
 
 
 pytestmark = pytest.mark.usefixtures("one_llama_thread")
-
-
-@pytest.fixture(scope="module")
-def qz(tmp_path_factory):
-    return RecurrentZoo(tmp_path_factory.mktemp("mtp"))
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +43,11 @@ def split(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def models(qz):
+def models(zoo):
     return {
-        "mtp": qz.get(MTP_TARGET, "q35-mtp.gguf"),
-        "plain": qz.get(Qwen35Spec(), "q35-plain.gguf"),
-        "narrow-mtp": qz.get(Qwen35Spec(mtp=True, n_embd=32, n_head=2, n_head_kv=1, n_ff=64), "narrow-mtp.gguf"),
+        "mtp": zoo.get(MTP_TARGET, "q35-mtp.gguf"),
+        "plain": zoo.get(qwen35_spec(), "q35-plain.gguf"),
+        "narrow-mtp": zoo.get(qwen35_spec(mtp=True, n_embd=32, n_head=2, n_head_kv=1, n_ff=64), "narrow-mtp.gguf"),
     }
 
 
@@ -135,8 +129,8 @@ def test_adaptive_policy_treats_mtp_like_any_drafter(models):
         assert any(st.drafted for st in steps)
 
 
-def test_lossless_sampling_with_mtp(qz):
-    t = qz.get(Qwen35Spec(mtp=True, scale=0.35, mtp_noise=0.3), "q35-mtp-flat.gguf")
+def test_lossless_sampling_with_mtp(zoo):
+    t = zoo.get(qwen35_spec(mtp=True, scale=0.35, mtp_noise=0.3), "q35-mtp-flat.gguf")
     cfg = SamplingConfig(temperature=1.0, top_k=8)
     from collections import Counter
 
@@ -155,8 +149,8 @@ def test_lossless_sampling_with_mtp(qz):
     assert pval > ALPHA, f"MTP-speculative samples do not follow the target (p = {pval:.2e})"
 
 
-def test_real_vocabulary_with_mtp(qz):
-    t = qz.get(Qwen35Spec(mtp=True, n_vocab=REAL_VOCAB, n_embd=32, n_head=2, n_head_kv=1, n_ff=64, d_state=8,
+def test_real_vocabulary_with_mtp(zoo):
+    t = zoo.get(qwen35_spec(mtp=True, n_vocab=REAL_VOCAB, n_embd=32, n_head=2, n_head_kv=1, n_ff=64, d_state=8,
                           f16=True, bigram_seed=5, layer_gain=0.05, mtp_noise=1.0), "q35-mtp-big.gguf")
     with mtp_engine(t, threads=1) as e:
         assert e.target_model.n_vocab == REAL_VOCAB

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from test_mtp import MTP_TARGET
-from tiny_qwen35 import write_qwen35_model
+from tiny import write_model
 
 from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig, Step
 from localspec.engine.events import Done, StopReason
@@ -51,7 +51,7 @@ def binary() -> Path:
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
-    return write_qwen35_model(tmp_path_factory.mktemp("mtp-ref") / "q35-mtp.gguf", MTP_TARGET)
+    return write_model(tmp_path_factory.mktemp("mtp-ref") / "q35-mtp.gguf", MTP_TARGET)
 
 
 def run_reference(binary: Path, model: Path, k: int) -> tuple[bytes, list[tuple[int, int]], dict]:

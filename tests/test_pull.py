@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from hubserver import FakeHub, configure_client, set_offline
-from tiny_gguf import TinySpec, write_tiny_model
+from tiny import TinySpec, write_model
 
 from localspec.cli import main
 from localspec.models import hub as lhub
@@ -27,11 +27,11 @@ D_REPO, D_FILE = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "smollm2-135m-instr
 def files(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("hubfiles")
     return {
-        "target": write_tiny_model(root / "target.gguf", TinySpec()),
-        "draft": write_tiny_model(root / "draft.gguf", TinySpec(noise=0.1)),
+        "target": write_model(root / "target.gguf", TinySpec()),
+        "draft": write_model(root / "draft.gguf", TinySpec(noise=0.1)),
         # A bigger file (a wider model) for resume and "few MB" checks.
-        "big": write_tiny_model(root / "big.gguf", TinySpec(n_embd=256, n_ff=512, n_layer=4)),
-        "other_vocab": write_tiny_model(root / "other.gguf", TinySpec(vocab_shuffle=3, n_embd=256, n_ff=512,
+        "big": write_model(root / "big.gguf", TinySpec(n_embd=256, n_ff=512, n_layer=4)),
+        "other_vocab": write_model(root / "other.gguf", TinySpec(vocab_shuffle=3, n_embd=256, n_ff=512,
                                                                       n_layer=4)),
     }
 

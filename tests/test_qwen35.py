@@ -6,19 +6,16 @@ identical to the target alone, sampled output distributed as the target's."""
 from pathlib import Path
 
 import pytest
-from conftest import make_engine, run_to_done
-from test_hybrid import kv_exact
+from conftest import make_engine
+from test_hybrid import compare
 from test_sampling import ALPHA, chi_square_p, exact_two_tokens, sample_pairs
-from tiny_gguf import TinySpec
-from tiny_qwen35 import REAL_VOCAB, Qwen35Spec
-from tiny_recurrent import RecurrentZoo
+from tiny import REAL_VOCAB, TinySpec, qwen35_spec
 
 from localspec.engine import SamplingConfig
 from localspec.engine.backend import Model, Rollback
 from localspec.engine.compat import check_files
 from localspec.engine.gguf_meta import read_metadata
 
-GREEDY = SamplingConfig(temperature=0.0)
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was"]
 BIG = dict(n_vocab=REAL_VOCAB, n_embd=32, n_head=2, n_head_kv=1, head_dim=16, n_ff=64, d_state=8, f16=True)
 
@@ -27,31 +24,15 @@ pytestmark = pytest.mark.usefixtures("one_llama_thread")
 
 
 @pytest.fixture(scope="module")
-def qz(tmp_path_factory):
-    return RecurrentZoo(tmp_path_factory.mktemp("qwen35"))
-
-
-@pytest.fixture(scope="module")
-def models(qz):
+def models(zoo):
     return {
-        "q35": qz.get(Qwen35Spec(), "q35.gguf"),
-        "q35-d": qz.get(Qwen35Spec(noise=0.1, n_layer=2, full_attention_interval=2), "q35-d.gguf"),
-        "q35-mtp": qz.get(Qwen35Spec(mtp=True), "q35-mtp.gguf"),
-        "llama-d": qz.get(TinySpec(noise=0.1), "llama-d.gguf"),
-        "big": qz.get(Qwen35Spec(**BIG), "q35-big.gguf"),
-        "big-d": qz.get(Qwen35Spec(**BIG, noise=0.1, n_layer=2, full_attention_interval=2), "q35-big-d.gguf"),
+        "q35": zoo.get(qwen35_spec(), "q35.gguf"),
+        "q35-d": zoo.get(qwen35_spec(noise=0.1, n_layer=2, full_attention_interval=2), "q35-d.gguf"),
+        "q35-mtp": zoo.get(qwen35_spec(mtp=True), "q35-mtp.gguf"),
+        "llama-d": zoo.get(TinySpec(noise=0.1), "llama-d.gguf"),
+        "big": zoo.get(qwen35_spec(**BIG), "q35-big.gguf"),
+        "big-d": zoo.get(qwen35_spec(**BIG, noise=0.1, n_layer=2, full_attention_interval=2), "q35-big-d.gguf"),
     }
-
-
-def compare(engine, prompt, n, **kw):
-    toks = engine.tokenize(prompt)
-    engine.reset()
-    base, _ = run_to_done(engine, toks, sampling=GREEDY, max_tokens=n, speculative=False)
-    engine.reset()
-    spec, events = run_to_done(engine, toks, sampling=GREEDY, max_tokens=n, **kw)
-    assert spec.token_ids == base.token_ids, prompt
-    assert kv_exact(engine.target_ctx) and kv_exact(engine.draft_ctx)
-    return base, spec
 
 
 def test_tiny_models_load_as_qwen35_hybrids(models):
@@ -86,7 +67,7 @@ def test_target_rolls_back_with_state_snapshots(models):
     llama.cpp's recurrent-state snapshots, never by re-decoding."""
     with make_engine(models["q35"], models["q35-d"], draft_max=4) as e:
         assert e.target_ctx.rollback is Rollback.RS and e.target_ctx.rs_depth >= 5
-        _, spec = compare(e, PROMPTS[0], 60)
+        _, spec, _ = compare(e, PROMPTS[0], 60)
         s = spec.summary
         assert 0 < s.accepted < s.drafted, "partial acceptance happened"
         assert s.target_memory == "rs"
@@ -99,14 +80,14 @@ def test_greedy_identical(models, target, draft, k):
     assert check_files(models[target], models[draft]).compatible
     with make_engine(models[target], models[draft], draft_max=k) as e:
         for prompt in PROMPTS:
-            _, spec = compare(e, prompt, 40)
+            _, spec, _ = compare(e, prompt, 40)
             assert spec.summary.drafted > 0
 
 
 def test_greedy_identical_with_the_real_vocabulary(models):
     """248320 tokens: every verify row and draft step carries logits of the real size."""
     with make_engine(models["big"], models["big-d"], draft_max=4) as e:
-        _, spec = compare(e, PROMPTS[0], 24)
+        _, spec, _ = compare(e, PROMPTS[0], 24)
         assert spec.summary.drafted > 0 and e.target_ctx.rollback is Rollback.RS
 
 
@@ -115,9 +96,9 @@ def test_adaptive_policy_on_qwen35(models):
         compare(e, PROMPTS[1], 60)
 
 
-def test_lossless_sampling_qwen35_pair(qz):
-    t = qz.get(Qwen35Spec(scale=0.35), "q35-flat.gguf")
-    d = qz.get(Qwen35Spec(scale=0.35, noise=0.3), "q35-flat-d.gguf")
+def test_lossless_sampling_qwen35_pair(zoo):
+    t = zoo.get(qwen35_spec(scale=0.35), "q35-flat.gguf")
+    d = zoo.get(qwen35_spec(scale=0.35, noise=0.3), "q35-flat-d.gguf")
     cfg = SamplingConfig(temperature=1.0, top_k=8)
     with make_engine(t, d, draft_max=3) as e:
         assert e.target_ctx.rollback is Rollback.RS

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import make_engine, run_spec
 from scipy import stats
-from tiny_gguf import TinySpec
+from tiny import TinySpec
 
 from localspec.engine import RunSpec, SamplingConfig
 from localspec.engine.backend import Context, Model

@@ -1,4 +1,4 @@
-"""The tiny recurrent (Mamba, Mamba-2) and hybrid (LFM2) models of tiny_recurrent.py load and
+"""The tiny recurrent (Mamba, Mamba-2) and hybrid (LFM2) models of the tiny package load and
 decode through localspec's backend, and llama.cpp's rollback tools behave on them as the
 engine expects: a partial ``llama_memory_seq_rm`` is refused, a sequence-state checkpoint
 (``llama_state_seq_*_ext``) restores the state bit for bit, and on an LFM2 context with
@@ -11,8 +11,7 @@ import ctypes
 import llama_cpp.llama_cpp as ll
 import numpy as np
 import pytest
-from tiny_gguf import TinySpec
-from tiny_recurrent import ARCHS, RecurrentSpec, RecurrentZoo, bigram_sigma
+from tiny import RECURRENT_ARCHS, TinySpec, bigram_sigma
 
 from localspec.engine.backend import Context, Model, init_backend
 from localspec.engine.compat import check_files
@@ -23,14 +22,9 @@ KIND = {"mamba": (True, False), "mamba2": (True, False), "lfm2": (False, True)}
 
 
 @pytest.fixture(scope="module")
-def rzoo(tmp_path_factory) -> RecurrentZoo:
-    return RecurrentZoo(tmp_path_factory.mktemp("tiny-recurrent"))
-
-
-@pytest.fixture(scope="module")
-def models(rzoo) -> dict[str, Model]:
-    loaded = {arch: Model(rzoo.get(RecurrentSpec(arch=arch), f"{arch}.gguf"), gpu_layers=0) for arch in ARCHS}
-    loaded["llama"] = Model(rzoo.get(TinySpec(), "llama.gguf"), gpu_layers=0)
+def models(zoo) -> dict[str, Model]:
+    loaded = {arch: Model(zoo.get(TinySpec(arch=arch), f"{arch}.gguf"), gpu_layers=0) for arch in RECURRENT_ARCHS}
+    loaded["llama"] = Model(zoo.get(TinySpec(), "llama.gguf"), gpu_layers=0)
     yield loaded
     for m in loaded.values():
         m.close()
@@ -100,7 +94,7 @@ def restore(ctx_ptr, buf, flags: int = PART) -> None:
 # Loading and decoding
 
 
-@pytest.mark.parametrize("arch", [*ARCHS, "llama"])
+@pytest.mark.parametrize("arch", [*RECURRENT_ARCHS, "llama"])
 def test_kind_is_reported(models, arch):
     m = models[arch]
     recurrent, hybrid = KIND.get(arch, (False, False))
@@ -111,7 +105,7 @@ def test_kind_is_reported(models, arch):
     assert m.n_vocab == models["llama"].n_vocab
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", RECURRENT_ARCHS)
 def test_decodes_a_batch_and_single_tokens(models, arch):
     m = models[arch]
     toks = m.tokenize(PROMPT)
@@ -129,8 +123,8 @@ def test_decodes_a_batch_and_single_tokens(models, arch):
     one_by_one.close()
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_greedy_output_is_deterministic(rzoo, models, arch):
+@pytest.mark.parametrize("arch", RECURRENT_ARCHS)
+def test_greedy_output_is_deterministic(zoo, models, arch):
     m = models[arch]
     toks = m.tokenize(PROMPT)
     c = ctx(m)
@@ -138,7 +132,7 @@ def test_greedy_output_is_deterministic(rzoo, models, arch):
     c.clear()
     assert greedy(c, toks, 24) == first
     c.close()
-    again = Model(rzoo.get(RecurrentSpec(arch=arch)), gpu_layers=0)   # a second load of the same file
+    again = Model(zoo.get(TinySpec(arch=arch)), gpu_layers=0)   # a second load of the same file
     c2 = ctx(again)
     assert greedy(c2, toks, 24) == first
     c2.close()
@@ -146,9 +140,9 @@ def test_greedy_output_is_deterministic(rzoo, models, arch):
     assert len(set(first)) > 3   # not stuck on one token
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_f16_weights_load(rzoo, arch):
-    m = Model(rzoo.get(RecurrentSpec(arch=arch, f16=True)), gpu_layers=0)
+@pytest.mark.parametrize("arch", RECURRENT_ARCHS)
+def test_f16_weights_load(zoo, arch):
+    m = Model(zoo.get(TinySpec(arch=arch, f16=True)), gpu_layers=0)
     c = ctx(m)
     assert np.isfinite(c.decode(m.tokenize(PROMPT))).all()
     c.close()
@@ -159,18 +153,18 @@ def test_f16_weights_load(rzoo, arch):
 # Pairs
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_pairs_with_a_llama_are_tokenizer_compatible(rzoo, arch):
-    rec = rzoo.get(RecurrentSpec(arch=arch))
-    llama = rzoo.get(TinySpec())
+@pytest.mark.parametrize("arch", RECURRENT_ARCHS)
+def test_pairs_with_a_llama_are_tokenizer_compatible(zoo, arch):
+    rec = zoo.get(TinySpec(arch=arch))
+    llama = zoo.get(TinySpec())
     assert check_files(rec, llama).compatible
     assert check_files(llama, rec).compatible
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_noise_makes_a_draft_that_agrees_partly(rzoo, models, arch):
+@pytest.mark.parametrize("arch", RECURRENT_ARCHS)
+def test_noise_makes_a_draft_that_agrees_partly(zoo, models, arch):
     target = models[arch]
-    draft = Model(rzoo.get(RecurrentSpec(arch=arch, noise=0.15)), gpu_layers=0)
+    draft = Model(zoo.get(TinySpec(arch=arch, noise=0.15)), gpu_layers=0)
     toks = target.tokenize(PROMPT)
     c = ctx(target)
     seq = greedy(c, toks, 40)
@@ -183,10 +177,10 @@ def test_noise_makes_a_draft_that_agrees_partly(rzoo, models, arch):
     assert 0.1 < agreement < 0.95, agreement
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_bigram_models_agree_with_a_llama_bigram(rzoo, arch):
-    rec = Model(rzoo.get(RecurrentSpec(arch=arch, bigram_seed=5, layer_gain=0.05)), gpu_layers=0)
-    llama = Model(rzoo.get(TinySpec(bigram_seed=5, layer_gain=0.05)), gpu_layers=0)
+@pytest.mark.parametrize("arch", RECURRENT_ARCHS)
+def test_bigram_models_agree_with_a_llama_bigram(zoo, arch):
+    rec = Model(zoo.get(TinySpec(arch=arch, bigram_seed=5, layer_gain=0.05)), gpu_layers=0)
+    llama = Model(zoo.get(TinySpec(bigram_seed=5, layer_gain=0.05)), gpu_layers=0)
     toks = rec.tokenize(PROMPT)
     a, b = ctx(rec), ctx(llama)
     out = greedy(a, toks, 20)
@@ -203,7 +197,7 @@ def test_bigram_models_agree_with_a_llama_bigram(rzoo, arch):
 # Rollback on llama.cpp's memory
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", RECURRENT_ARCHS)
 def test_partial_seq_rm_is_refused(models, arch):
     m = models[arch]
     c = ctx(m)
@@ -227,7 +221,7 @@ def test_partial_seq_rm_works_on_a_llama(models):
     c.close()
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", RECURRENT_ARCHS)
 def test_checkpoint_restore_rolls_back_exactly(models, arch):
     """Checkpoint, decode a speculative batch, restore, cut the KV tail: the next logits are
     those of a context that only ever saw the prompt."""
@@ -336,15 +330,15 @@ def test_n_rs_seq_rollback_on_a_hybrid(models):
 
 
 @pytest.mark.parametrize("target,draft", [("mamba", "llama"), ("lfm2", "lfm2-noisy"), ("llama", "mamba-noisy")])
-def test_speculative_loop_with_checkpoints_is_greedy_exact(rzoo, models, target, draft):
+def test_speculative_loop_with_checkpoints_is_greedy_exact(zoo, models, target, draft):
     """The checkpoint recipe in a whole greedy speculative loop (K=4) gives the target's own
     greedy output: checkpoint before verifying; on partial acceptance restore, cut, re-decode
     the accepted tokens. A recurrent draft keeps one checkpoint per drafted token."""
     def load(name):
         if name == "llama":
-            return Model(rzoo.get(TinySpec(noise=0.1)), gpu_layers=0)
+            return Model(zoo.get(TinySpec(noise=0.1)), gpu_layers=0)
         arch = name.split("-")[0]
-        return Model(rzoo.get(RecurrentSpec(arch=arch, noise=0.05)), gpu_layers=0)
+        return Model(zoo.get(TinySpec(arch=arch, noise=0.05)), gpu_layers=0)
 
     mt, md = models[target], load(draft)
     rec = lambda m: m.info.recurrent or m.info.hybrid  # noqa: E731

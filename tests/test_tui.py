@@ -23,7 +23,7 @@ from test_tui_support import (
     wait_ready,
 )
 from textual.widgets import DataTable, Digits, Input, Select
-from tiny_gguf import TinySpec
+from tiny import TinySpec
 
 from localspec.chat.system_stats import StaticMonitor
 from localspec.engine import Engine

@@ -6,7 +6,7 @@ lacks ever reaching its batch."""
 import pytest
 from conftest import make_engine, run_to_done
 from test_sampling import ALPHA, chi_square_p, exact_two_tokens, sample_pairs
-from tiny_gguf import TinySpec
+from tiny import TinySpec
 
 from localspec.engine import DrafterKind, SamplingConfig, Token
 from localspec.engine.compat import check_files
