@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.terminal
+
 WIDTH, HEIGHT = 130, 42
 
 
