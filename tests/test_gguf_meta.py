@@ -1,7 +1,5 @@
 """The GGUF metadata reader: real files, generated files, and broken ones."""
 
-import time
-
 import pytest
 
 from localspec.engine.gguf_meta import read_metadata
@@ -18,15 +16,12 @@ def test_reads_generated_model(tiny_target):
 
 
 def test_reads_smollm2_header_only(smollm2_q4_1):
-    t0 = time.perf_counter()
     meta = read_metadata(smollm2_q4_1)
-    elapsed = time.perf_counter() - t0
     assert meta.get("tokenizer.ggml.pre") == "smollm"
     assert len(meta.tokens) == 49152
     assert meta.tensor_count == 272
     # Only the metadata section is read: a small part of the 98 MB file.
     assert meta.header_bytes < 3_000_000 < smollm2_q4_1.stat().st_size
-    assert elapsed < 5.0
 
 
 def test_truncated_file(tiny_target, tmp_path):

@@ -6,13 +6,14 @@ from __future__ import annotations
 import gc
 import json
 import threading
-import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from test_tui_support import (
     SIZE,
     SYSTEM,
+    TickCounter,
     chat,
     notifications,
     run_async,
@@ -115,54 +116,59 @@ async def test_quit_mid_generation_leaves_nothing_running(slow_pair):
         screen = await send(pilot, "The quick")
         job = screen.job
         await wait_for(pilot, lambda: screen.stats.tokens > 0, 20, "the first tokens")
-        t0 = time.monotonic()
         await pilot.press("ctrl+q")
         await wait_for(pilot, lambda: not app.is_running, 10, "the app to exit")
-    assert time.monotonic() - t0 < 5
     assert not job.alive and job.acc.done is not None and job.steps_after_stop <= 1
     assert app.session.engine is None       # the models were freed
     assert not [t for t in threading.enumerate() if t.name.startswith("localspec-")]
 
 
 @run_async
-async def test_progress_messages_are_coalesced_and_gauges_refresh(slow_pair):
-    """At most ~10 progress messages a second whatever the token rate, and the system gauges
-    sampled at least 4 times a second while generating."""
+async def test_progress_messages_are_coalesced_and_gauges_refresh(slow_pair, monkeypatch):
+    """At most one progress message a whole ticker interval (ten a second at 0.1 s) whatever
+    the token rate (test_tui_core counts the tokens a message carries from a fast engine), and
+    the system gauges sampled on at least every other message while generating. The chat
+    screen's clock reads the figures on screen (the seconds the answer has run when its
+    message was made, each at least one interval after the last), so what the test counts
+    does not depend on how busy the machine is."""
+    import localspec.tui.screens.chat as chat_module
+
     target, draft = slow_pair
+    sampled: list[str] = []
+
+    def shown():
+        screen = app.screen
+        return screen.stats if isinstance(screen, ChatScreen) else None
 
     class Counting(StaticMonitor):
-        times: list[float] = []
-
         def sample(self):
-            self.times.append(time.monotonic())
+            sampled.append(shown().phase if shown() else "")   # what the screen shows while it samples
             return super().sample()
 
-    monitor = Counting()
-    app = tiny_app(target, draft, max_tokens=900, n_ctx=4096, monitor=monitor)
+    app = tiny_app(target, draft, max_tokens=900, n_ctx=4096, monitor=Counting())
+    monkeypatch.setattr(chat_module, "time", SimpleNamespace(monotonic=lambda: shown().elapsed if shown() else 0.0))
+    started, ticks, posted = [], [], []
+
+    def start_job(job, start=app.start_job):
+        started.append(job)
+        ticks.append(TickCounter.install(job))
+        job.post = lambda msg, post=job.post: posted.append(getattr(msg, "stats", None)) or post(msg)
+        return start(job)
+
+    app.start_job = start_job
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         screen = chat(app)
-        started = []
-        start_job = app.start_job
-        app.start_job = lambda job: started.append(job) or start_job(job)   # a fast machine may end
-        t0 = time.monotonic()                                               # it before send returns
+        before, first = len(sampled), len(started)     # the jobs before this one loaded the models
         await send(pilot, "The quick")
         await wait_answer(pilot, 60)
-        job = started[0]
-        t1 = time.monotonic()
-    elapsed = t1 - t0
+    job, ticks = started[first], ticks[first]
     n_tokens = len(screen.last_done.token_ids)
     assert n_tokens > 100
     progress = job.posted - 1            # every message but the final one
-    assert progress <= elapsed * 10 + 2, (progress, elapsed)
-    assert progress < n_tokens / 5       # coalesced: many tokens per message
-    if elapsed > 1.0:
-        # gaps between progress messages: never much closer than the interval
-        times = job.post_times[:-1]
-        gaps = [b - a for a, b in zip(times, times[1:])]
-        assert sum(gaps) / len(gaps) >= 0.08
-        during = [t for t in monitor.times if t0 <= t <= t1]
-        assert len(during) >= 4 * elapsed - 2, (len(during), elapsed)
+    assert 0 < progress <= len(ticks.intervals) and set(ticks.intervals) == {job.interval} and job.interval >= 0.1
+    generating = sum(stats is not None and stats.phase == "generating" for stats in posted[:-1])
+    assert sampled[before:].count("generating") >= (generating - 1) // 2, (sampled[before:], generating)
 
 
 @run_async

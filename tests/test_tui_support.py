@@ -113,6 +113,28 @@ class FakeClock:
         return self.now
 
 
+class TickCounter(threading.Event):
+    """A job's "finished" event that counts its ticker's waits which ran their whole interval:
+    each one lets the ticker post one progress message, so the messages a job posts are bounded
+    by these counts, not by any clock the test reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.intervals: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        finished = super().wait(timeout)
+        if not finished:
+            self.intervals.append(timeout)
+        return finished
+
+    @classmethod
+    def install(cls, job) -> TickCounter:
+        """Count ``job``'s ticks (call before the job starts)."""
+        job._finished = counter = cls()
+        return counter
+
+
 @dataclass
 class FakeModel:
     info: ModelInfo
