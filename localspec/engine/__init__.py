@@ -1,8 +1,11 @@
 """The speculative decoding engine: loading, drafters, the loop, sampling, policy, stats.
 
 Every generation is described by a :class:`RunSpec` and executed by :meth:`Engine.run`, which
-emits typed events (:mod:`localspec.engine.events`). The engine knows nothing of terminals;
-it must never import textual.
+emits typed events (:mod:`localspec.engine.events`). The engine is the bottom layer: it
+imports nothing from models, chat, bench, server, cli or tui, and never textual
+(tests/test_architecture.py); what it needs of a GGUF file it reads itself
+(:mod:`~localspec.engine.gguf_meta`, :mod:`~localspec.engine.compat`,
+:mod:`~localspec.engine.template`).
 """
 
 from __future__ import annotations
