@@ -112,18 +112,20 @@ class ReadsInline:
 
 
 def pick(rows: Rows, cfg: SamplingConfig, rng, gate: Gate | None,
-         position: int, limit: int | None = None) -> tuple[int, Dist | None, float] | None:
+         position: int, limit: int | None = None, grammar=None) -> tuple[int, Dist | None, float] | None:
     """One draft token from the last output row: (token, its distribution q, the top
     probability), or None when ``gate(position, top probability)`` ends the draft here.
     ``limit``: propose only ids below it (the target's vocabulary). A greedy pick has no
-    distribution (None): it is one-hot, built only if the target samples."""
+    distribution (None): it is one-hot, built only if the target samples. ``grammar`` (a
+    :class:`~localspec.engine.grammar.Grammar` state; full rows): the pick is among the tokens
+    it allows, from the grammar-constrained distribution (the confidence stays the row's)."""
     j = len(rows) - 1
     if cfg.greedy:
-        tok = rows.argmax(j, limit)
+        tok = rows.argmax(j, limit) if grammar is None else grammar.argmax(rows.x[j, :limit])
         top = rows.top_probability(j, limit) if gate is not None else 1.0
         dist = None
     else:
-        dist = rows.dist(j, cfg, limit)
+        dist = rows.dist(j, cfg, limit) if grammar is None else grammar.dist(rows.x[j, :limit], cfg)
         top = dist.top()[1]
     if gate is not None and not gate(position, top):
         return None
@@ -189,6 +191,9 @@ class ModelDrafter:
 
     name = "model"
     deterministic = False
+    # The generation's grammar state after the context (set by the generator; None: none):
+    # drafts then propose only what it allows, which the target would accept more often.
+    grammar = None
 
     def __init__(self, ctx: Context, max_catchup: int = 64, window: int = 32,
                  n_vocab_target: int | None = None, catchup_steps: float = 16.0):
@@ -473,7 +478,8 @@ class ModelDrafter:
         if cfg is not self._settings[0]:   # once per generation, not per round
             self._settings = (cfg, draft_settings(cfg, self.ctx.device_sampling))
         cfg = self._settings[1]
-        self.ctx.sample_on_device(chain_for(cfg, confidence=gate is not None))
+        g = self.grammar.clone() if self.grammar is not None else None
+        self.ctx.sample_on_device(chain_for(cfg, confidence=gate is not None) if g is None else None)
         rows, synced = self._sync(context)
         t_sync = time.perf_counter() - t0
         steps = 1
@@ -482,7 +488,7 @@ class ModelDrafter:
         confidence: list[float] = []
         limit = self._n_out if self._n_out < self._n_in else None   # never an id the target lacks
         for i in range(k):
-            picked = pick(rows, cfg, rng, gate, i + 1, limit)
+            picked = pick(rows, cfg, rng, gate, i + 1, limit, g)
             if picked is None:
                 break
             tok, dist, top = picked
@@ -491,6 +497,8 @@ class ModelDrafter:
             confidence.append(top)
             if i == k - 1 or self._eog[tok]:
                 break
+            if g is not None:
+                g.accept(tok)
             if i == 0:
                 # One checkpoint per round, where drafting starts: a recurrent draft comes
                 # back to it and decodes what the target kept in one batch, instead of
@@ -498,6 +506,8 @@ class ModelDrafter:
                 self.ctx.mark()
             rows = self.ctx.decode_rows([tok], 1)
             steps += 1
+        if g is not None:
+            g.close()
         seconds = time.perf_counter() - t0
         self._measured(synced, t_sync, steps, seconds)
         return Draft(tokens, None if cfg.greedy else dists, seconds, steps, synced, t_sync, confidence,

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import BadInput, ContextOverflow
 from .backend import Context, Rollback
-from .drafters import Draft, Drafter, NoDrafter, common_prefix
+from .drafters import Draft, Drafter, ModelDrafter, NoDrafter, common_prefix
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
 from .grammar import Grammar
 from .outputs import chain_for
@@ -91,6 +91,9 @@ class Generator:
         t_start = time.perf_counter()
         # A grammar judges whole rows of logits: the target's rows stay full while one is set.
         grammar = Grammar(model, spec.grammar) if spec.grammar is not None else None
+        for part in (drafter, getattr(drafter, "model", None)):   # a draft model, alone or chained
+            if isinstance(part, ModelDrafter):
+                part.grammar = grammar
         tgt.sample_on_device(None if grammar is not None else chain_for(sampling, confidence=False))
         rollback_before = _rollback_snapshot(tgt, drafter)
         alongside = self.read_alongside and (sampling.greedy or sampling.seed is None)
