@@ -132,6 +132,43 @@ def test_draft_tokens_the_grammar_forbids_are_rejected(smollm2_q4_1):
     assert a == 1 and nxt != word     # "{" kept; after it "hello" is still not allowed
 
 
+def test_rejection_sampling_under_a_grammar_keeps_the_targets_constrained_distribution(smollm2_q4_1):
+    """Inside a JSON string a newline is forbidden. A draft that proposes it 40% of the time
+    (and allowed tokens in other shares than the target's) still leaves the first emitted
+    token distributed as the target's grammar-constrained distribution (chi-square, 0.1%)."""
+    from collections import Counter
+
+    from test_sampling import ALPHA, chi_square_p
+
+    from localspec.engine.sampling import Dist
+
+    model = Model(smollm2_q4_1, gpu_layers=0)
+    g = Grammar(model, json_grammar())
+    for t in model.tokenize('{"', add_special=False):
+        g.accept(t)
+    tok = {c: model.tokenize(c, add_special=False)[0] for c in ("\n", "a", "b", '"')}
+    rng = np.random.default_rng(11)
+    row = rng.normal(-8.0, 1.0, model.n_vocab).astype(np.float32)
+    for c, logit in (("\n", 6.0), ("a", 5.0), ("b", 4.0), ('"', 4.5)):
+        row[tok[c]] = logit
+    rows = LogitRows(row.reshape(1, -1).repeat(2, axis=0))
+    cfg = SamplingConfig(temperature=1.0, top_k=40, top_p=1.0, min_p=0.0)
+    p = g.dist(row, cfg)
+    assert p.prob(tok["\n"]) == 0.0 and p.prob(tok["a"]) > 0.3
+    ids = np.array(sorted(tok.values()))
+    q = Dist(ids, np.array([{tok["\n"]: 0.4, tok["a"]: 0.1, tok["b"]: 0.3, tok['"']: 0.2}[i] for i in ids]))
+    n, seen, accepted = 3000, Counter(), 0
+    for _ in range(n):
+        x = q.sample(rng)
+        a, nxt = g.clone().verify(rows, [x], [q], cfg, model.n_vocab, rng)
+        seen[x if a else nxt] += 1
+        accepted += a
+        assert not (a and x == tok["\n"])
+    expected = {int(i): float(pr) for i, pr in zip(p.ids, p.probs)}
+    assert chi_square_p(seen, expected, n) > ALPHA
+    assert 0 < accepted < n
+
+
 def test_sampled_answers_parse_and_match_the_schema(smollm2_q4_1, one_llama_thread):
     engine = make_engine(smollm2_q4_1, smollm2_q4_1, n_ctx=1024, draft_max=4)
     try:
