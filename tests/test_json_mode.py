@@ -216,6 +216,31 @@ def test_response_format_errors_are_400s(tiny_target, tiny_draft):
                                   {"prompt": "x", "response_format": {"type": "json_object"}, "max_tokens": 8,
                                    "temperature": 0})
         assert status == 200, body
+        both = {"messages": msgs, "response_format": {"type": "json_object"}, "grammar": 'root ::= "a"'}
+        assert_error(*request(server, "POST", "/v1/chat/completions", both)[::2], 400, "grammar", "give one of")
+        bad = {"prompt": "x", "grammar": 'root ::= "a" nowhere'}
+        assert_error(*request(server, "POST", "/v1/completions", bad)[::2], 400, "grammar", "^grammar: ")
+        bad = {"prompt": "x", "json_schema": {"type": "frobnicate"}}
+        assert_error(*request(server, "POST", "/v1/completions", bad)[::2], 400, "json_schema", "schema")
+
+
+def test_llama_servers_grammar_and_json_schema_fields(tiny_target, tiny_draft, one_llama_thread):
+    """llama-server's own ``grammar`` (GBNF) and ``json_schema`` fields, on its native
+    /completion and the OpenAI routes, with a draft model drafting."""
+    flag = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+            "additionalProperties": False}
+    with serving(tiny_target, tiny_draft) as server:
+        for path, body in (("/v1/completions", {"prompt": "The quick brown fox"}),
+                           ("/completion", {"prompt": "The quick brown fox"}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "The quick"}]})):
+            got = []
+            for extra in ({"grammar": 'root ::= ("yes" | "no") " fox"'}, {"json_schema": flag}):
+                status, _, answer = request(server, "POST", path, body | extra | {"max_tokens": 40, "temperature": 0})
+                assert status == 200, answer
+                got.append(answer["content"] if path == "/completion" else
+                           answer["choices"][0].get("text", answer["choices"][0].get("message", {}).get("content")))
+            assert got[0] in ("yes fox", "no fox"), got
+            assert isinstance(json.loads(got[1])["ok"], bool), got
 
 
 def test_json_modes_through_the_openai_client_on_a_real_model(qwen):

@@ -267,7 +267,7 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
         plan = tools.plan(body, ctx.engine.target_model.chat_template())
         prompt = _prompt(ctx, body, kind, plan)
         spec = translate.run_spec(body, ctx.base, len(prompt), ctx.engine.target_ctx.n_ctx, ctx.engine.drafters)
-        spec = tools.constrain(spec, plan.grammar, ctx.engine.target_model)
+        spec = tools.constrain(spec, plan, ctx.engine.target_model)
         stream = bool(body.get("stream"))
         job = Job(kind, prompt, spec, Channel(asyncio.get_running_loop()), stream=stream,
                   cache_prompt=translate.cache_prompt(body))

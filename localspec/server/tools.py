@@ -15,7 +15,8 @@ An answer that does not parse as calls is returned as text, never an error.
 ``tool_choice`` "required" or a named function is enforced with a grammar in that syntax
 (only calls of the allowed functions, their arguments following each function's
 ``parameters`` schema); "none" renders the prompt without the tools and reads no calls.
-``response_format`` ``json_object`` / ``json_schema`` becomes a grammar the same way.
+``response_format`` ``json_object`` / ``json_schema`` becomes a grammar the same way, as do
+llama-server's own ``json_schema`` (a schema) and ``grammar`` (GBNF text) fields.
 """
 
 from __future__ import annotations
@@ -65,13 +66,15 @@ class Plan:
     """What one request's tools and response format ask for.
 
     ``messages`` go to the chat template (with ``tools`` when it takes them), ``grammar``
-    (GBNF or None) constrains the answer, ``calls`` reads tool calls back (None: plain text).
+    (GBNF or None) constrains the answer, ``calls`` reads tool calls back (None: plain text);
+    ``source`` is the request field the grammar comes from (for error messages).
     """
 
     messages: list[dict] | None
     tools: list[dict] | None = None
     grammar: str | None = None
     calls: CallReader | None = None
+    source: str = "response_format"
 
 
 def plan(body: dict, template: str | None) -> Plan:
@@ -81,18 +84,18 @@ def plan(body: dict, template: str | None) -> Plan:
     Raises:
         ApiError: 400 naming the field that is wrong.
     """
-    grammar = response_grammar(body.get("response_format"))
+    grammar, source = _answer_grammar(body)
     if "messages" not in body:
         if body.get("tools") is not None or body.get("tool_choice") is not None:
             raise ApiError(400, "tools are for /v1/chat/completions", param="tools")
-        return Plan(None, grammar=grammar)
+        return Plan(None, grammar=grammar, source=source)
     tools = _tools(body.get("tools"))
     choice = _choice(body.get("tool_choice"), tools)
     msgs = chat_messages(body)
     if not tools or choice == "none":
         if any(m.get("tool_calls") or m["role"] == "tool" for m in msgs) and not template_takes_tools(template):
             msgs = _as_text(msgs)
-        return Plan(msgs, grammar=grammar)
+        return Plan(msgs, grammar=grammar, source=source)
     fmt = call_format(template)
     if not template_takes_tools(template):
         msgs = _with_tool_note(_as_text(msgs), tools)
@@ -101,28 +104,58 @@ def plan(body: dict, template: str | None) -> Plan:
         tools_for_template = tools
     if choice != "auto":
         if grammar is not None:
-            raise ApiError(400, "response_format cannot be combined with a tool_choice that forces a call",
-                           param="response_format")
+            raise ApiError(400, f"{source} cannot be combined with a tool_choice that forces a call", param=source)
         names = [choice] if isinstance(choice, str) and choice != "required" else [t["function"]["name"] for t in tools]
         wanted = [t for t in tools if t["function"]["name"] in names]
         grammar = call_grammar(fmt, wanted, several=body.get("parallel_tool_calls") is not False)
     names = frozenset(t["function"]["name"] for t in tools)
-    return Plan(msgs, tools_for_template, grammar, CallReader(fmt, names))
+    return Plan(msgs, tools_for_template, grammar, CallReader(fmt, names), source)
 
 
-def constrain(spec: RunSpec, grammar: str | None, model) -> RunSpec:
+def constrain(spec: RunSpec, plan: Plan, model) -> RunSpec:
     """``spec`` with the grammar a plan asks for, checked against the model's vocabulary.
 
     Raises:
-        ApiError: 400 when llama.cpp cannot parse the grammar.
+        ApiError: 400 naming the plan's source field when llama.cpp cannot parse the grammar.
     """
-    if grammar is None:
+    if plan.grammar is None:
         return spec
     try:
-        check_grammar(model, grammar)
+        check_grammar(model, plan.grammar)
     except BadInput as exc:
-        raise ApiError(400, f"the answer's {exc}", param="response_format") from None
-    return spec.with_(grammar=grammar)
+        raise ApiError(400, f"{plan.source}: {exc}", param=plan.source) from None
+    return spec.with_(grammar=plan.grammar)
+
+
+def _answer_grammar(body: dict) -> tuple[str | None, str]:
+    """(the grammar the answer must follow, the field it comes from): ``response_format``, or
+    llama-server's ``json_schema`` or ``grammar``; one of them at most.
+
+    Raises:
+        ApiError: 400 for a bad value or two of them at once.
+    """
+    given = []
+    grammar = response_grammar(body.get("response_format"))
+    if grammar is not None:
+        given.append(("response_format", grammar))
+    schema = body.get("json_schema")
+    if schema is not None:
+        if not isinstance(schema, dict):
+            raise ApiError(400, "json_schema must be a JSON schema object", param="json_schema")
+        try:
+            given.append(("json_schema", schema_grammar(schema)))
+        except BadInput as exc:
+            raise ApiError(400, f"json_schema: {exc}", param="json_schema") from None
+    text = body.get("grammar")
+    if text is not None:
+        if not isinstance(text, str):
+            raise ApiError(400, "grammar must be GBNF text", param="grammar")
+        if text.strip():
+            given.append(("grammar", text))
+    if len(given) > 1:
+        raise ApiError(400, f"give one of {' and '.join(k for k, _ in given)}: each sets the answer's grammar",
+                       param=given[1][0])
+    return (given[0][1], given[0][0]) if given else (None, "response_format")
 
 
 def response_grammar(fmt: object) -> str | None:

@@ -48,7 +48,7 @@ _LLAMA_OFF = {"typical_p": (None, 1, 1.0), "typ_p": (None, 1, 1.0), "repeat_pena
               "dynatemp_range": (None, 0, 0.0), "xtc_probability": (None, 0, 0.0), "dry_multiplier": (None, 0, 0.0),
               "mirostat": (None, 0), "top_n_sigma": (None, -1, -1.0), "n_probs": (None, 0), "min_keep": (None, 0),
               "ignore_eos": (None, False), "timings_per_token": (None, False), "post_sampling_probs": (None, False),
-              "return_tokens": (None, False), "grammar": (None, ""), "lora": (None, []),
+              "return_tokens": (None, False), "lora": (None, []),
               "backend_sampling": (None, False), "reasoning_format": (None, "none")}
 
 # llama-server's fields that only tune one of those switches: no effect while it is off.
@@ -60,7 +60,7 @@ _LLAMA_TUNING = {"dynatemp_exponent": "dynatemp_range", "xtc_threshold": "xtc_pr
 # The fields every generating endpoint honours, besides the prompt's own field.
 _HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "max_tokens", "max_completion_tokens",
              "n_predict", "cache_prompt", "id_slot", "samplers", "user", "parallel_tool_calls", "response_format",
-             "tools", "tool_choice",
+             "tools", "tool_choice", "grammar", "json_schema",
              *SAMPLING}
 
 # The prompt's field of each endpoint ("completion" is llama-server's native /completion).
