@@ -86,18 +86,26 @@ def calls_of(text: str, fmt: str, names=("get_weather", "get_time")) -> tuple[st
     return content, [(c.name, json.loads(c.arguments)) for c in calls]
 
 
-def streamed(text: str, fmt: str, seed: int, names=("get_weather", "get_time")):
-    """The events of ``text`` fed in random pieces: (content, calls)."""
+def streamed(text: str, fmt: str, seed: int, names=("get_weather", "get_time"), forced=False):
+    """The events of ``text`` fed in random pieces: (content, calls), a call streamed as it
+    is written put together from its start and argument pieces."""
     rnd = random.Random(seed)
-    stream = tools.CallReader(fmt, frozenset(names)).stream()
+    stream = tools.CallReader(fmt, frozenset(names), forced=forced).stream()
     events, i = [], 0
     while i < len(text):
         n = rnd.randint(1, 6)
         events += stream.feed(text[i:i + n])
         i += n
     events += stream.finish()
-    content = "".join(v for k, v in events if k == "content")
-    return content, [(v.name, json.loads(v.arguments)) for k, v in events if k == "call"]
+    content, calls = [], []
+    for kind, value in events:
+        if kind == "content":
+            content.append(value)
+        elif kind == "args":
+            calls[-1][1].append(value)
+        else:
+            calls.append((value.name, [value.arguments]))
+    return "".join(content), [(name, json.loads("".join(args))) for name, args in calls]
 
 
 # -- reading calls ------------------------------------------------------------------------------
@@ -130,6 +138,22 @@ def test_hermes_calls_whole_and_streamed(text, content, calls):
         s_content, s_calls = streamed(text, tools.HERMES, seed)
         assert s_calls == calls
         assert s_content.strip() == (content or "").strip() if calls else s_content == text
+
+
+def test_forced_hermes_calls_stream_their_arguments_as_written():
+    text = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par}is \\"x\\"", "n": [1, {"a": 2}]}}\n'
+            '</tool_call>\n<tool_call>\n{ "name": "get_time", "arguments": {} }\n</tool_call>')
+    want = [("get_weather", {"city": 'Par}is "x"', "n": [1, {"a": 2}]}), ("get_time", {})]
+    assert calls_of(text, tools.HERMES)[1] == want
+    for seed in range(8):
+        stream = tools.CallReader(tools.HERMES, forced=True).stream()
+        kinds = []
+        for piece in (text[i:i + 3] for i in range(0, len(text), 3)):
+            kinds += [k for k, _ in stream.feed(piece)]
+        assert kinds.count("start") == 2 and kinds.count("args") > 4   # pieces, before each call closes
+        assert streamed(text, tools.HERMES, seed, forced=True) == ("", want)
+    assert streamed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Os', tools.HERMES, 0,
+                    forced=False) == ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Os', [])
 
 
 @pytest.mark.parametrize("fmt,text,calls", [
@@ -262,7 +286,7 @@ def test_tools_through_the_server_on_a_template_without_tools(tiny_target, tiny_
                                                 parallel_tool_calls=False, temperature=0, max_tokens=120, stream=True))
         deltas = [d for ch in chunks if ch.choices for d in (ch.choices[0].delta.tool_calls or [])]
         assert deltas[0].id and deltas[0].function.name == "set_unit"
-        assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
+        assert json.loads("".join(d.function.arguments or "" for d in deltas)) == json.loads(call.function.arguments)
         assert chunks[-1].choices[0].finish_reason == "tool_calls"
         status, _, body = request(server, "POST", "/v1/completions", {"prompt": "x", "tools": [WEATHER]})
         assert_error(status, body, 400, "tools", "chat/completions")

@@ -26,7 +26,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-from ..engine import RunSpec
+from ..engine import RunSpec, StopReason
 from ..engine.grammar import check_grammar, json_grammar, schema_grammar
 from ..errors import BadInput
 from .errors import ApiError
@@ -109,7 +109,7 @@ def plan(body: dict, template: str | None) -> Plan:
         wanted = [t for t in tools if t["function"]["name"] in names]
         grammar = call_grammar(fmt, wanted, several=body.get("parallel_tool_calls") is not False)
     names = frozenset(t["function"]["name"] for t in tools)
-    return Plan(msgs, tools_for_template, grammar, CallReader(fmt, names), source)
+    return Plan(msgs, tools_for_template, grammar, CallReader(fmt, names, forced=choice != "auto"), source)
 
 
 def constrain(spec: RunSpec, plan: Plan, model) -> RunSpec:
@@ -401,11 +401,14 @@ class CallReader:
         names: the functions the request offered; an answer that is nothing but a JSON call
             of one of them counts as a call in any syntax (small models often leave out the
             Hermes tags).
+        forced: a grammar makes every call well formed (``tool_choice`` required or named),
+            so a streamed Hermes call's arguments go out as they are written.
     """
 
-    def __init__(self, fmt: str, names: frozenset[str] = frozenset()):
+    def __init__(self, fmt: str, names: frozenset[str] = frozenset(), forced: bool = False):
         self.fmt = fmt
         self.names = names
+        self.forced = forced
 
     def parse(self, text: str) -> tuple[str | None, list[Call]]:
         """(the text that is not a call, or None when nothing else is left; the calls).
@@ -472,10 +475,14 @@ def _parse_hermes(text: str) -> tuple[str | None, list[Call]]:
 class CallStream:
     """A streamed answer cut into content and whole tool calls as its text arrives.
 
-    :meth:`feed` and :meth:`finish` return events, ``("content", text)`` or ``("call",
-    Call)``. An answer that starts like JSON is held to its end and judged whole; otherwise
-    Hermes calls go out as each ``</tool_call>`` arrives (text that may still become a tag
-    is held back), and in the other syntaxes the text is content as it comes.
+    :meth:`feed` and :meth:`finish` return events: ``("content", text)``, ``("call", Call)``
+    (a whole call), or for a call streamed as it is written ``("start", Call)`` (its id and
+    name; ``arguments`` empty) then ``("args", text)`` pieces. An answer that starts like
+    JSON is held to its end and judged whole; otherwise Hermes calls go out as each
+    ``</tool_call>`` arrives (text that may still become a tag is held back), or, when the
+    reader is ``forced`` (a grammar guarantees well-formed calls), start as soon as the name
+    is written and stream their arguments; in the other syntaxes the text is content as it
+    comes.
     """
 
     def __init__(self, reader: CallReader):
@@ -484,6 +491,7 @@ class CallStream:
         self._in_call = False
         self._mode: str | None = None     # "whole", "hermes" or "text", from the first characters
         self.calls = 0
+        self._args: _ArgScan | None = None   # the call whose arguments are streaming
 
     def feed(self, text: str) -> list[tuple]:
         self._held += text
@@ -529,9 +537,18 @@ class CallStream:
                 self._held = self._held[i + len(_OPEN):]
                 self._in_call = True
             j = self._held.find(_CLOSE)
+            body = self._held if j < 0 else self._held[:j]
+            if self.reader.forced:
+                events += self._grow(body)
             if j < 0 and not final:
                 return events
-            body = self._held if j < 0 else self._held[:j]
+            if self._args is not None:
+                self._args = None     # its arguments went out as they came
+                self._held = "" if j < 0 else self._held[j + len(_CLOSE):]
+                self._in_call = False
+                if j < 0:
+                    return events
+                continue
             call = _call(_json(body.strip()))
             if call is None:
                 # Not a call after all: the tag and its body go out as text.
@@ -543,6 +560,57 @@ class CallStream:
             self._in_call = False
             if j < 0:
                 return events
+
+
+    def _grow(self, body: str) -> list[tuple]:
+        """A forced call's events for what of its ``body`` has arrived: its start once the
+        name is written, then the new part of its arguments (never the object's own end)."""
+        if self._args is None:
+            m = _HEADER.match(body)
+            if m is None:
+                return []
+            self._args = _ArgScan(m.end())
+            self.calls += 1
+            return [("start", Call(json.loads(f'"{m.group(1)}"'), ""))] + self._grow(body)
+        piece = self._args.more(body)
+        return [("args", piece)] if piece else []
+
+
+_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=[{\[])')
+
+
+class _ArgScan:
+    """Follows a JSON value as its text arrives and hands out the part not yet sent, up to
+    the value's end (strings and nesting tracked, so a brace in a string does not end it)."""
+
+    def __init__(self, start: int):
+        self.start = start      # where the value starts in the call's body
+        self.sent = 0           # characters of it sent
+        self.depth = 0
+        self.in_string = self.escaped = self.done = False
+
+    def more(self, body: str) -> str:
+        text = body[self.start:]
+        end = self.sent
+        while end < len(text) and not self.done:
+            c = text[end]
+            end += 1
+            if self.in_string:
+                if self.escaped:
+                    self.escaped = False
+                elif c == "\\":
+                    self.escaped = True
+                elif c == '"':
+                    self.in_string = False
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+            elif c in "}]":
+                self.depth -= 1
+                self.done = self.depth == 0
+        piece, self.sent = text[self.sent:end], end
+        return piece
 
 
 def _mode(s: str, fmt: str) -> str | None:
@@ -580,7 +648,8 @@ class CallShape:
     :class:`~localspec.server.responses.Shape` and answers what app.py asks of a shape
     (``head``, ``piece``, ``tail``, ``whole``, ``end``), with ``message.tool_calls``,
     streamed ``delta.tool_calls`` (a call's id and name first, then its arguments) and
-    ``finish_reason: "tool_calls"`` when the answer holds calls."""
+    ``finish_reason: "tool_calls"`` when the answer holds calls (``"length"`` when it was cut
+    short)."""
 
     def __init__(self, shape, reader: CallReader):
         self.shape = shape
@@ -601,7 +670,7 @@ class CallShape:
     def tail(self, done) -> list[bytes]:
         out = [self._events(self._stream.finish())]
         closing = self.shape.tail(done)
-        if self._stream.calls:
+        if self._stream.calls and done.stop_reason not in _CUT:
             closing[0] = _with_finish(closing[0], "tool_calls")
         return [b for b in out + closing if b]
 
@@ -612,7 +681,8 @@ class CallShape:
             choice = answer["choices"][0]
             choice["message"] = {"role": "assistant", "content": content,
                                  "tool_calls": [c.to_dict() for c in calls]}
-            choice["finish_reason"] = "tool_calls"
+            if done.stop_reason not in _CUT:
+                choice["finish_reason"] = "tool_calls"
         return answer
 
     def _events(self, events: list[tuple]) -> bytes:
@@ -621,17 +691,24 @@ class CallShape:
             if kind == "content":
                 out.append(self.shape.chunk(value))
                 continue
+            if kind == "args":
+                out.append(self._delta({"tool_calls": [{"index": self._index - 1, "function": {"arguments": value}}]}))
+                continue
             i, self._index = self._index, self._index + 1
             first = {"index": i, "id": value.id, "type": "function",
                      "function": {"name": value.name, "arguments": ""}}
             out.append(self._delta({"tool_calls": [first]}))
-            out.append(self._delta({"tool_calls": [{"index": i, "function": {"arguments": value.arguments}}]}))
+            if kind == "call":
+                out.append(self._delta({"tool_calls": [{"index": i, "function": {"arguments": value.arguments}}]}))
         return b"".join(out)
 
     def _delta(self, delta: dict) -> bytes:
         obj = json.loads(self.shape.chunk("")[len(b"data: "):])
         obj["choices"][0]["delta"] = delta
         return sse(obj)
+
+
+_CUT = (StopReason.MAX_TOKENS, StopReason.CONTEXT_FULL)   # the answer was cut: "length" stays
 
 
 def _with_finish(event: bytes, reason: str) -> bytes:
