@@ -296,6 +296,8 @@ def test_tools_through_the_server_on_a_template_without_tools(tiny_target, tiny_
         assert_error(status, body, 400, "response_format", "cannot be combined")
         status, _, body = request(server, "POST", "/v1/chat/completions", {"messages": msgs, "functions": [{}]})
         assert_error(status, body, 400, "functions")
+        status, _, body = request(server, "POST", "/v1/chat/completions", {"tools": [WEATHER]})
+        assert_error(status, body, 400, "messages", "non-empty list")
 
 
 # -- a real model -------------------------------------------------------------------------------

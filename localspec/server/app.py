@@ -264,7 +264,7 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
             raise ApiError(400, "model must be a string", param="model")
         if ctx.strict_model and name not in (None, "", ctx.model_id):
             raise _unknown_model(name, ctx.model_id)
-        plan = tools.plan(body, ctx.engine.target_model.chat_template())
+        plan = tools.plan(body, ctx.engine.target_model.chat_template(), chat=kind == "chat")
         prompt = _prompt(ctx, body, kind, plan)
         spec = translate.run_spec(body, ctx.base, len(prompt), ctx.engine.target_ctx.n_ctx, ctx.engine.drafters)
         spec = tools.constrain(spec, plan, ctx.engine.target_model)

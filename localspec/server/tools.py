@@ -77,15 +77,15 @@ class Plan:
     source: str = "response_format"
 
 
-def plan(body: dict, template: str | None) -> Plan:
-    """Validate ``tools``, ``tool_choice``, ``response_format`` and the chat messages of a
-    request (``body``) for a model with this chat template.
+def plan(body: dict, template: str | None, chat: bool = True) -> Plan:
+    """Validate ``tools``, ``tool_choice``, ``response_format`` and (``chat``: a chat request)
+    the messages of a request (``body``) for a model with this chat template.
 
     Raises:
         ApiError: 400 naming the field that is wrong.
     """
     grammar, source = _answer_grammar(body)
-    if "messages" not in body:
+    if not chat:
         if body.get("tools") is not None or body.get("tool_choice") is not None:
             raise ApiError(400, "tools are for /v1/chat/completions", param="tools")
         return Plan(None, grammar=grammar, source=source)

@@ -2,8 +2,9 @@
 
 Only :meth:`RunSpec.validate` judges run settings; a :class:`SpecError` is reworded here with
 the JSON field's name (``speculative.draft_max``, ``max_completion_tokens``) into a 400. What
-is checked here is the shape of the request itself: JSON, messages, prompt, ``n``, and the
-options this server does not implement (refused, never silently ignored).
+is checked here is the shape of the request itself: JSON, prompt, ``n``, and the options
+this server does not implement (refused, never silently ignored); chat messages, tools and
+the answer's grammar are :mod:`localspec.server.tools`'.
 
 Every top-level field a request sends is one of :func:`known_fields`: a field this server
 honours, or an option it does not implement sent at its neutral ("off") value. Anything else
@@ -96,33 +97,6 @@ def parse_json(body: bytes) -> dict:
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
     return data
-
-
-def messages(body: dict) -> list[dict]:
-    """Chat messages as the chat template wants them: role and text content."""
-    msgs = body.get("messages")
-    if not isinstance(msgs, list) or not msgs:
-        raise ApiError(400, "messages must be a non-empty list", param="messages")
-    out = []
-    for i, m in enumerate(msgs):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise ApiError(400, f"messages[{i}] needs a role", param=f"messages[{i}].role")
-        content = m.get("content")
-        if isinstance(content, list):   # content parts: text only
-            texts = []
-            for part in content:
-                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                    raise ApiError(400, f"messages[{i}].content: only text parts are supported",
-                                   param=f"messages[{i}].content")
-                texts.append(part["text"])
-            content = "".join(texts)
-        elif content is None:
-            content = ""
-        if not isinstance(content, str):
-            raise ApiError(400, f"messages[{i}].content must be a string or a list of text parts",
-                           param=f"messages[{i}].content")
-        out.append({"role": m["role"], "content": content})
-    return out
 
 
 def completion_prompt(body: dict) -> str | list[int]:
