@@ -11,7 +11,10 @@ The model's answer is read back in the syntax of its family, judged from the tem
   ``<|python_tag|>``), or several of them separated by ``;``;
 * Mistral: ``[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]``.
 
-An answer that does not parse as calls is returned as text, never an error.
+An answer that is nothing but a JSON call of an offered function (bare, or in a ```json
+block) counts as a call in any syntax: small models often leave out the tags. An answer that
+does not parse as calls is returned as text, never an error. Call ids are OpenAI's
+``call_...``, or nine letters and digits for Mistral, whose templates insist on that.
 ``tool_choice`` "required" or a named function is enforced with a grammar in that syntax
 (only calls of the allowed functions, their arguments following each function's
 ``parameters`` schema); "none" renders the prompt without the tools and reads no calls.
@@ -353,6 +356,11 @@ def _call_id() -> str:
     return "call_" + secrets.token_hex(12)
 
 
+def _mistral_id() -> str:
+    """Mistral's templates refuse a tool call id that is not nine letters and digits."""
+    return "".join(secrets.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") for _ in range(9))
+
+
 # -- the answer -------------------------------------------------------------------------------
 
 @dataclass
@@ -677,6 +685,8 @@ class CallShape:
     def whole(self, done) -> dict:
         answer = self.shape.whole(done)
         content, calls = self.reader.parse(done.text)
+        for c in calls:
+            self._name(c)
         if calls:
             choice = answer["choices"][0]
             choice["message"] = {"role": "assistant", "content": content,
@@ -694,6 +704,7 @@ class CallShape:
             if kind == "args":
                 out.append(self._delta({"tool_calls": [{"index": self._index - 1, "function": {"arguments": value}}]}))
                 continue
+            self._name(value)
             i, self._index = self._index, self._index + 1
             first = {"index": i, "id": value.id, "type": "function",
                      "function": {"name": value.name, "arguments": ""}}
@@ -701,6 +712,10 @@ class CallShape:
             if kind == "call":
                 out.append(self._delta({"tool_calls": [{"index": i, "function": {"arguments": value.arguments}}]}))
         return b"".join(out)
+
+    def _name(self, call: Call) -> None:
+        if self.reader.fmt == MISTRAL:
+            call.id = _mistral_id()
 
     def _delta(self, delta: dict) -> bytes:
         obj = json.loads(self.shape.chunk("")[len(b"data: "):])
