@@ -27,7 +27,7 @@ def test_sweep_produces_every_cell_and_files(tiny_target, tiny_draft, tmp_path):
     r = run_cli("bench", "-m", str(tiny_target), "-d", str(tiny_draft), "--draft-max", "1,3",
                 "--draft-temp", "0,0.5", "--policy", "adaptive,fixed", "--drafter", "model,ngram",
                 "--prompts", str(_prompts(tmp_path)), "--runs", "2", "-n", "12",
-                "--json", str(out / "b.json"), "--csv", str(out / "b.csv"))
+                "--threads", "1", "--out", str(out / "b.json"), "--csv", str(out / "b.csv"))
     assert r.returncode == 0, r.stderr
     data = json.loads((out / "b.json").read_text())
     assert data["complete"] is True
@@ -87,23 +87,30 @@ def run_cli_env(env: dict, *args):
 
 def test_interrupted_sweep_keeps_finished_cells(tiny_target, tiny_draft, tmp_path):
     out = tmp_path / "int.json"
-    proc = subprocess.Popen([sys.executable, "-m", "localspec", "bench", "-m", str(tiny_target), "-d",
-                             str(tiny_draft), "--draft-max", "1,2,3,4,5,6,7,8", "--draft-temp", "0,0.3,0.7",
-                             "--runs", "20", "-n", "48", "--json", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # 20 runs a cell: a sweep this machine runs at ~200 generations a second must still be
-    # going when the signal comes (at 3 runs it once finished first and exited 0).
-    deadline = time.time() + 600   # generous: a loaded machine is slow, the loop ends at the first cell
-    while time.time() < deadline:
-        if out.exists():
+    # Output to files, not pipes: nobody reads a pipe while the sweep runs, and a full one
+    # (the progress bar fills 64 KB on a slow machine) would stop the sweep before its first
+    # cell. One thread: llama.cpp spinning on every core of a busy machine crawls.
+    with open(tmp_path / "stdout", "w") as stdout_file, open(tmp_path / "stderr", "w") as stderr_file:
+        proc = subprocess.Popen([sys.executable, "-m", "localspec", "bench", "-m", str(tiny_target), "-d",
+                                 str(tiny_draft), "--draft-max", "1,2,3,4,5,6,7,8", "--draft-temp", "0,0.3,0.7",
+                                 "--runs", "20", "-n", "48", "--threads", "1", "--out", str(out)],
+                                stdout=stdout_file, stderr=stderr_file, text=True)
+        # 20 runs a cell: a sweep this machine runs at ~200 generations a second must still be
+        # going when the signal comes (at 3 runs it once finished first and exited 0).
+        deadline = time.monotonic() + 600   # a guard only: the loop ends at the first cell
+        while proc.poll() is None and time.monotonic() < deadline:
             try:
                 if len(json.loads(out.read_text())["cells"]) >= 1:
                     break
-            except (json.JSONDecodeError, KeyError):
+            except (OSError, json.JSONDecodeError, KeyError):
                 pass
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+            time.sleep(0.05)
+        running = proc.poll() is None
+        if running:
+            proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    stdout, stderr = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
+    assert running, f"the sweep ended before the signal: {stderr[-2000:]}"
     # 130, or (2 runs in ~130 here, after the same output; cause not found) an end by
     # SIGINT itself, which a shell reports as 130 too.
     assert proc.returncode in (130, -signal.SIGINT), stderr

@@ -227,7 +227,7 @@ def test_bench_and_tune_with_mtp(models, tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path / "home"))
     out = tmp_path / "b.json"
     r = run_cli("bench", "-m", str(models["mtp"]), "-d", "mtp", "--draft-max", "2", "--policy", "fixed",
-                "--runs", "1", "-n", "16", "--threads", "1", "--json", str(out))
+                "--runs", "1", "-n", "16", "--threads", "1", "--out", str(out))
     assert r.returncode == 0, r.stderr
     cells = json.loads(out.read_text())["cells"]
     assert [c["setting"]["drafter"] for c in cells] == ["mtp"]
