@@ -54,15 +54,15 @@ def test_sweep_produces_every_cell_and_files(tiny_target, tiny_draft, tmp_path):
 
 def test_tuned_settings_are_used_by_run(tiny_target, tiny_draft, tmp_path):
     env_home = {"LOCALSPEC_HOME": str(tmp_path / "home")}
-    r = run_cli_env(env_home, "tune", "-m", str(tiny_target), "-d", str(tiny_draft), "--runs", "1", "-n", "16")
+    pair = ("-m", str(tiny_target), "-d", str(tiny_draft), "--threads", "1")
+    r = run_cli_env(env_home, "tune", *pair, "--runs", "1", "-n", "16")
     assert r.returncode == 0, r.stderr
     assert "stored for this pair on CPU" in r.stdout
     shown = run_cli_env(env_home, "tune", "--show")
     assert "target.gguf + draft.gguf [CPU]" in shown.stdout
     stored = json.loads((tmp_path / "home" / "tuned.json").read_text())
     settings = next(iter(stored.values()))["settings"]
-    r = run_cli_env(env_home, "run", "-m", str(tiny_target), "-d", str(tiny_draft), "-p", "hi", "-n", "8",
-                    "--temp", "0", "--json")
+    r = run_cli_env(env_home, "run", *pair, "-p", "hi", "-n", "8", "--temp", "0", "--json")
     assert r.returncode == 0, r.stderr
     assert "using tuned settings for this pair" in r.stderr
     policy = json.loads(r.stdout)["stats"]["policy"]
@@ -71,13 +71,13 @@ def test_tuned_settings_are_used_by_run(tiny_target, tiny_draft, tmp_path):
     else:
         assert f"adaptive K in [1, {settings['draft_max']}]" in policy
     # An explicit flag wins, and says nothing about tuning.
-    r = run_cli_env(env_home, "run", "-m", str(tiny_target), "-d", str(tiny_draft), "-p", "hi", "-n", "8",
-                    "--temp", "0", "--fixed-k", "--draft-max", "3", "--json")
+    r = run_cli_env(env_home, "run", *pair, "-p", "hi", "-n", "8", "--temp", "0", "--fixed-k", "--draft-max", "3",
+                    "--json")
     assert "using tuned" not in r.stderr
     assert "fixed K=3" in json.loads(r.stdout)["stats"]["policy"]
     r = run_cli_env(env_home, "tune", "--reset")
     assert "forgot 1 tuned setting" in r.stdout
-    r = run_cli_env(env_home, "run", "-m", str(tiny_target), "-d", str(tiny_draft), "-p", "hi", "-n", "4", "--json")
+    r = run_cli_env(env_home, "run", *pair, "-p", "hi", "-n", "4", "--json")
     assert "using tuned" not in r.stderr
 
 
