@@ -5,6 +5,10 @@ import json
 import pytest
 from conftest import run_cli
 
+# One llama.cpp thread per context: target and draft spinning on every core of a small shared
+# machine slow the tiny models many times over.
+pytestmark = pytest.mark.usefixtures("one_llama_thread")
+
 
 def assert_one_line_error(r, code=None, match=None):
     assert r.returncode != 0

@@ -16,6 +16,10 @@ from localspec.engine.backend import Context, Model, _runs_on_backend
 from localspec.engine.outputs import CONFIDENCE_K, DRAFT_TOP_K, DeviceChain, LogitRows, SampledRows, chain_for
 from localspec.engine.sampling import candidate_distribution, distribution
 
+# One llama.cpp thread per context: target and draft spinning on every core of a small shared
+# machine slow the tiny models many times over.
+pytestmark = pytest.mark.usefixtures("one_llama_thread")
+
 GREEDY = SamplingConfig(temperature=0.0)
 CONFIGS = [
     SamplingConfig(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),

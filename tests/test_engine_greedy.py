@@ -11,6 +11,10 @@ from tiny import TinySpec
 
 from localspec.engine import Origin, SamplingConfig, Step, StopReason, Token
 
+# One llama.cpp thread per context: target and draft spinning on every core of a small shared
+# machine slow the tiny models many times over.
+pytestmark = pytest.mark.usefixtures("one_llama_thread")
+
 GREEDY = SamplingConfig(temperature=0.0)
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was", "x"]
 

@@ -16,6 +16,8 @@ from localspec.engine.compat import check_files
 GREEDY = SamplingConfig(temperature=0.0)
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was"]
 
+pytestmark = pytest.mark.usefixtures("one_llama_thread")
+
 
 @pytest.fixture(scope="module")
 def models(zoo):

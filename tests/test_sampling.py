@@ -20,6 +20,10 @@ from localspec.engine.events import Done
 from localspec.engine.sampling import Dist, distribution, speculative_accept
 from localspec.errors import BadInput
 
+# One llama.cpp thread per context: target and draft spinning on every core of a small shared
+# machine slow the tiny models many times over.
+pytestmark = pytest.mark.usefixtures("one_llama_thread")
+
 ALPHA = 0.001
 
 

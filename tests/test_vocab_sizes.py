@@ -11,6 +11,10 @@ from tiny import TinySpec
 from localspec.engine import DrafterKind, SamplingConfig, Token
 from localspec.engine.compat import check_files
 
+# One llama.cpp thread per context: target and draft spinning on every core of a small shared
+# machine slow the tiny models many times over.
+pytestmark = pytest.mark.usefixtures("one_llama_thread")
+
 GREEDY = SamplingConfig(temperature=0.0)
 EXTRA = 100   # within the 128 the compatibility check allows
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was"]
