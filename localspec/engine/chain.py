@@ -4,7 +4,7 @@ Prompt lookup costs next to nothing and, where the answer repeats its context (c
 summaries, edits), proposes long runs that are accepted; elsewhere it finds nothing and the
 draft model takes over. llama.cpp combines an n-gram drafter with a draft model the same way.
 
-With an adaptive policy (:class:`~localspec.engine.chain_policy.ChainPolicy`, which the
+With an adaptive policy (:class:`~localspec.engine.policy.ChainPolicy`, which the
 chain follows) each drafter has its own draft length and may be paused on its own: a paused
 draft model leaves a lookup miss to a plain target step, and does not read the prompt.
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from ..errors import BadInput, IncompatiblePair
 from .backend import CACHE_TYPES, Context, Model, default_threads
 from .chain import ChainDrafter
-from .chain_policy import LOOKUP, MODEL, ChainPolicy
 from .compat import check_files
 from .drafters import Drafter, ModelDrafter, NgramDrafter
 from .events import Event
 from .generator import Generator
 from .memory import Memory
 from .mtp import MtpDrafter, open_mtp_head
+from .policy import LOOKUP, MODEL, ChainPolicy, policy_for
 from .spec import DrafterKind, RunSpec
 from .template import chat_tokens
 
@@ -95,7 +95,6 @@ class Engine:
                                   device_sampling=config.device_sampling)
         self.draft_model = None
         self.draft_ctx = None
-        self._draft_size_ratio: float | None = None   # the draft's weights over the target's
         self._generators: dict[DrafterKind, Generator] = {DrafterKind.NONE: Generator(self.target_ctx)}
         if config.draft:
             gl = config.gpu_layers_draft if config.gpu_layers_draft is not None else config.gpu_layers
@@ -105,7 +104,6 @@ class Engine:
                                      device_sampling=config.device_sampling)
             self._read_alongside = (config.read_alongside if config.read_alongside is not None
                                     else self._spare_cores(threads))
-            self._draft_size_ratio = self._size_ratio()
             self._generators[DrafterKind.MODEL] = Generator(
                 self.target_ctx, ModelDrafter(self.draft_ctx, n_vocab_target=self.target_model.n_vocab),
                 read_alongside=self._read_alongside)
@@ -166,8 +164,7 @@ class Engine:
         with self._lock:
             if self.mtp_ctx is not None:   # the head follows the target's decodes only while it drafts
                 self._generators[DrafterKind.MTP].drafter.attach(spec.drafter is DrafterKind.MTP)
-            policy = spec.policy(self._learned(spec) if spec.adaptive and spec.speculative else None,
-                                 self._draft_size_ratio)
+            policy = policy_for(spec, self._learned(spec) if spec.adaptive and spec.speculative else None)
             if isinstance(gen.drafter, ChainDrafter):
                 gen.drafter.follow(policy if isinstance(policy, ChainPolicy) else None)
             try:
@@ -200,7 +197,8 @@ class Engine:
             learned = dict(learned or {})
             learned[LOOKUP] = self.memory.get(DrafterKind.NGRAM.value) or learned.get(LOOKUP)
             own = learned.get(MODEL)
-            if not (isinstance(own, dict) and own.get("draft_sync") is not None):   # it never drafted in a chain
+            if not (isinstance(own, dict) and (own.get("costs") or {}).get("draft_first") is not None):
+                # it never drafted in a chain
                 learned[MODEL] = self.memory.get(DrafterKind.MODEL.value) or own
             learned = learned if learned.get(LOOKUP) or learned.get(MODEL) else None
         return learned
@@ -210,14 +208,6 @@ class Engine:
         both models on the CPU, and both contexts' threads fit on the physical cores."""
         both_cpu = self.target_model.info.gpu_layers == 0 and self.draft_model.info.gpu_layers == 0
         return both_cpu and 2 * threads <= default_threads()
-
-    def _size_ratio(self) -> float | None:
-        """The draft model's weights over the target's when both run on the same device (all
-        layers on the GPU, or none): what a decode reads, so a floor on the draft's relative
-        cost before anything is measured. None otherwise."""
-        t, d = self.target_model.info, self.draft_model.info
-        same = (t.gpu_layers == 0 and d.gpu_layers == 0) or (t.gpu_layers == t.n_layer and d.gpu_layers == d.n_layer)
-        return d.size_bytes / t.size_bytes if same and t.size_bytes > 0 else None
 
     def logit_gap(self, tokens: list[int], a: int, b: int) -> float:
         """The target's logit of token ``a`` minus that of ``b`` after ``tokens``: where two

@@ -14,8 +14,6 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 
 from ..errors import BadInput
-from .chain_policy import ChainPolicy
-from .policy import AdaptivePolicy, FixedPolicy, Policy
 from .sampling import SamplingConfig
 
 
@@ -118,22 +116,6 @@ class RunSpec:
         if s.seed is not None:
             _int_at_least("seed", s.seed, 0)
         return self
-
-    def policy(self, learned: dict | None = None, size_ratio: float | None = None) -> Policy:
-        """The drafting policy for one generation; ``learned`` (what an earlier generation's
-        adaptive policy measured, :meth:`Policy.learned`) seeds an adaptive one;
-        ``size_ratio`` (the draft model's weights over the target's, on the same device)
-        lets one that knows nothing yet start paused when the draft cannot be cheaper."""
-        if not self.speculative:
-            return FixedPolicy(0)
-        if not self.adaptive:
-            return FixedPolicy(self.draft_max, self.p_min)
-        if self.drafter is DrafterKind.NGRAM_MODEL:
-            return ChainPolicy.build(self.draft_min, self.draft_max, self.p_min, self.can_pause, learned,
-                                     size_ratio)
-        ratio = size_ratio if self.drafter is DrafterKind.MODEL else None
-        return AdaptivePolicy(self.draft_min, self.draft_max, self.p_min, can_pause=self.can_pause, learned=learned,
-                              size_ratio=ratio, lookup=self.drafter is DrafterKind.NGRAM)
 
     @classmethod
     def of(cls, **values) -> RunSpec:

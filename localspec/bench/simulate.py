@@ -1,0 +1,250 @@
+"""A deterministic simulator that drives the real drafting policies with a simulated clock.
+
+A scenario says what rounds cost and how drafts get accepted; every setting (the default
+adaptive policy, each fixed K, the target alone) runs on the same seeded acceptance draws,
+so their tokens per second differ only by their decisions. Format of a scenario (JSON)::
+
+    {"name": "...",
+     "target_ms": [ms of a target decode of 1, 2, ... tokens],   # extended linearly past the end
+     "draft_ms": 1.0,            # ms per draft token; 0: prompt lookup (one free step)
+     "accept": [0.8, 0.7, ...],  # P(position i accepted | all before accepted), the last repeats
+     "tokens": 512,
+     "then": {"at": 256, "accept": [...]},   # optional: acceptance changes mid-answer
+     "noise": 0.1,               # optional: relative noise on every measured time (seeded)
+     "drift": 0.5,               # optional: target costs grow by this fraction over the answer
+     "loop_ms": [0.03, 0.01],    # optional: a drafting / plain round's time beyond its decodes
+     "match": 0.3,               # optional: P(the drafter proposes anything in a round), a lookup's matches
+     "drafter": "model"}         # optional: "model", "mtp" or "ngram" (default: ngram when draft_ms is 0)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from dataclasses import dataclass, fields, replace
+
+from ..engine.events import Step
+from ..engine.policy import AdaptivePolicy, FixedPolicy, Params
+from ..errors import BadInput
+
+FIXED_KS = tuple(range(1, 9))
+MIN_TOKENS = 512   # tokens per seed a scenario is judged on, at least (short answers run more seeds)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One simulated pair and answer (see the module docstring for the fields)."""
+
+    name: str
+    target_ms: tuple[float, ...]
+    draft_ms: float
+    accept: tuple[float, ...]
+    tokens: int
+    then_at: int | None = None
+    then_accept: tuple[float, ...] = ()
+    noise: float = 0.0
+    drift: float = 0.0
+    loop_ms: tuple[float, float] = (0.0, 0.0)
+    match: float = 1.0
+    drafter: str = "model"
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Scenario:
+        """Raises: BadInput: a field missing or out of range."""
+        try:
+            then = d.get("then") or {}
+            s = cls(name=str(d["name"]), target_ms=tuple(float(x) for x in d["target_ms"]),
+                    draft_ms=float(d["draft_ms"]), accept=tuple(float(x) for x in d["accept"]),
+                    tokens=int(d["tokens"]), then_at=int(then["at"]) if then else None,
+                    then_accept=tuple(float(x) for x in then.get("accept", ())), noise=float(d.get("noise", 0.0)),
+                    drift=float(d.get("drift", 0.0)), loop_ms=tuple(float(x) for x in d.get("loop_ms", (0, 0)))[:2],
+                    match=float(d.get("match", 1.0)),
+                    drafter=str(d.get("drafter") or ("ngram" if float(d["draft_ms"]) == 0 else "model")))
+        except (KeyError, TypeError, ValueError) as e:
+            raise BadInput(f"scenario {d.get('name', '?')!r}: bad or missing field ({e})") from None
+        if len(s.loop_ms) != 2 or min(s.loop_ms) < 0:
+            raise BadInput(f"scenario {s.name!r}: loop_ms must be two times >= 0 (drafting, plain)")
+        if not s.target_ms or min(s.target_ms) <= 0 or not s.accept or s.tokens < 1 or s.draft_ms < 0:
+            raise BadInput(f"scenario {s.name!r}: target_ms, accept and tokens must be non-empty and positive")
+        if any(not 0.0 <= a <= 1.0 for a in s.accept + s.then_accept + (s.match,)) or not 0.0 <= s.noise < 1.0:
+            raise BadInput(f"scenario {s.name!r}: acceptances and match must be in [0, 1], noise in [0, 1)")
+        if s.drafter not in ("model", "mtp", "ngram"):
+            raise BadInput(f"scenario {s.name!r}: drafter must be model, mtp or ngram")
+        return s
+
+    def target(self, n: int, tokens: int) -> float:
+        """Seconds of a target decode of ``n`` tokens after ``tokens`` emitted."""
+        ms = self.target_ms
+        if n <= len(ms):
+            v = ms[n - 1]
+        else:
+            slope = ms[-1] - ms[-2] if len(ms) > 1 else 0.0
+            v = ms[-1] + slope * (n - len(ms))
+        return v / 1000.0 * (1.0 + self.drift * tokens / self.tokens)
+
+    def p_accept(self, i: int, tokens: int) -> float:
+        acc = self.then_accept if self.then_at is not None and tokens >= self.then_at else self.accept
+        return acc[min(i, len(acc)) - 1]
+
+
+def simulate(s: Scenario, setting: str, seed: int, params: Params | None = None,
+             learned: dict | None = None) -> tuple[int, float, dict | None]:
+    """One answer of ``s`` under ``setting`` ("default", "K=n" or "target").
+
+    Args:
+        learned: what an earlier answer's policy learned (the product keeps it per pair).
+    Returns:
+        (tokens, seconds, what this answer's policy learned).
+    """
+    draws = random.Random(seed)
+    u = [draws.random() for _ in range(s.tokens + 40)]
+    # Noise is drawn per token position too: a round at the same place costs the same in every setting.
+    matches = random.Random(f"{seed}:match")
+    shake = random.Random(f"{seed}:noise")
+    noise = [[max(0.05, 1.0 + s.noise * shake.gauss(0.0, 1.0)) for _ in range(9)] for _ in range(s.tokens + 1)]
+    now = [0.0]
+
+    def timed(x: float, i: int = 0) -> float:
+        return x * noise[tokens][i] if s.noise else x
+
+    if setting == "default":
+        policy = AdaptivePolicy(1, 8, params=params or Params(), learned=learned,
+                                clock=lambda: now[0])
+    else:
+        policy = FixedPolicy(0 if setting == "target" else int(setting.split("=")[1]))
+    tokens = rounds = 0
+    while tokens < s.tokens:
+        quiet = min(policy.quiet_rounds(), s.tokens - tokens)
+        if quiet:
+            for _ in range(quiet):
+                now[0] += timed(s.target(1, tokens)) + s.loop_ms[1] / 1000.0
+                tokens += 1
+            policy.passed(quiet, quiet)
+            continue
+        k = policy.next_k()
+        probe = policy.probe
+        drafted = k if k and (s.match >= 1.0 or matches.random() < s.match) else 0
+        a = 0
+        while a < drafted and u[tokens + a] < s.p_accept(a + 1, tokens):
+            a += 1
+        if k:
+            steps = 1 if s.drafter == "ngram" else drafted
+            per = [timed(s.draft_ms / 1000.0, 1 + i) for i in range(steps)]
+            draft_s, sync_s = sum(per), per[0]
+        else:
+            steps, draft_s, sync_s = 0, 0.0, 0.0
+        verify_s = timed(s.target(drafted + 1, tokens))
+        now[0] += draft_s + verify_s + s.loop_ms[0 if k else 1] / 1000.0
+        emitted = min(a + 1, s.tokens - tokens)
+        policy.observe(Step(index=rounds, k=k, drafted=drafted, accepted=a, emitted=emitted, draft_seconds=draft_s,
+                            verify_seconds=verify_s, drafting=policy.drafting, draft_steps=steps,
+                            verify_batch=drafted + 1, probe=probe, sync_tokens=1 if k else 0, sync_seconds=sync_s))
+        tokens += emitted
+        rounds += 1
+    return tokens, now[0], policy.learned()
+
+
+def evaluate(s: Scenario, seeds: int = 1, params: Params | None = None, cold: bool = False) -> dict:
+    """Every setting on ``seeds`` seeded answers: tokens per second over all of them, and the
+    default's place against the best fixed setting (the target alone among them).
+
+    Args:
+        seeds: answers per setting, more for answers under ``MIN_TOKENS`` (the same total).
+        cold: the default starts from nothing; else from what one earlier answer (other
+            draws) learned, as the product starts from what it learned of the pair.
+    """
+    out = {}
+    seeds = max(seeds, -(-seeds * MIN_TOKENS // s.tokens))   # a short answer is run more often
+    for setting in ["default", "target"] + [f"K={k}" for k in FIXED_KS]:
+        runs = []
+        for seed in range(seeds):
+            learned = None
+            if setting == "default" and not cold:
+                learned = simulate(s, setting, seeds + seed, params)[2]
+            runs.append(simulate(s, setting, seed, params, learned))
+        out[setting] = sum(r[0] for r in runs) / sum(r[1] for r in runs)
+    best = max((k for k in out if k != "default"), key=out.get)
+    return {"name": s.name, "default_tps": round(out["default"], 3),
+            "best": {"setting": best, "tps": round(out[best], 3)},
+            "default_over_best": round(out["default"] / out[best], 4),
+            "settings": {k: round(v, 3) for k, v in out.items()}}
+
+
+def load(path: str) -> list[Scenario]:
+    """The scenarios of a JSON file: a list, or {"scenarios": [...]}.
+
+    Raises:
+        BadInput: unreadable, or a bad scenario.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"cannot read scenarios from {path}: {e}") from None
+    items = data.get("scenarios") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not items:
+        raise BadInput(f"{path}: expected a list of scenarios")
+    return [Scenario.from_dict(d) for d in items]
+
+
+def with_noise(scenarios: list[Scenario], noise: float) -> list[Scenario]:
+    """Each scenario again with ``noise`` (named ``+noise``), where it has none of its own."""
+    return [replace(s, name=f"{s.name}+noise", noise=noise) for s in scenarios if not s.noise]
+
+
+def report(scenarios: list[Scenario], seeds: int = 1, params: Params | None = None, cold: bool = False) -> dict:
+    """The simulator's JSON: each scenario's result, and the minimum and median of default/best."""
+    results = [evaluate(s, seeds, params, cold) for s in scenarios]
+    ratios = [r["default_over_best"] for r in results]
+    return {"scenarios": results, "min_default_over_best": min(ratios),
+            "median_default_over_best": round(statistics.median(ratios), 4), "seeds": seeds, "cold": cold}
+
+
+# Each mechanism of the adaptive policy, switched off by these parameters (see docs/adaptive-policy.md).
+ABLATIONS = {
+    "shift detection": {"shift_z": 1e9},
+    "pause on a clear expected loss": {"expected_loss": 1.0},
+    "K chosen with costs read optimistically": {"explore_z": 0.0},
+    "plain-step refresh by budget": {"refresh_min": 10**9, "refresh_max": 10**9},
+    "plain-step refresh while its error could turn a decision": {"refresh_z": 0.0},
+    "common cost level (drift with context)": {"level_rate": 0.0},
+    "per-position acceptance": {"position_prior": 1e9},
+    "probes weigh more while paused": {"probe_decay": 0.98},
+    "margin to move K": {"move_margin": 0.0},
+    "loop time priced": {"measure_loop": False},
+    "monotone verify costs": {"monotone": False},
+    "start paused from what was learned": {"seeded_pause": False},
+}
+
+
+def ablate(scenarios: list[Scenario], seeds: int = 1) -> dict:
+    """Each mechanism switched off in turn: how much the default loses (or gains) per
+    scenario against the full policy; a mechanism earns its place where some scenario
+    loses >= 0.5% without it."""
+    base = {r["name"]: r["default_tps"] for r in report(scenarios, seeds)["scenarios"]}
+    out = []
+    for name, overrides in ABLATIONS.items():
+        params = params_with(overrides)
+        changes = {s.name: 1.0 - _default_tps(s, seeds, params) / base[s.name] for s in scenarios}
+        worst = max(changes, key=changes.get)
+        out.append({"mechanism": name, "params": overrides, "worst_scenario": worst,
+                    "loss_without": round(changes[worst], 4), "earns_its_place": changes[worst] >= 0.005,
+                    "losses": {k: round(v, 4) for k, v in changes.items() if abs(v) >= 0.005}})
+    return {"ablations": out, "seeds": seeds}
+
+
+def _default_tps(s: Scenario, seeds: int, params: Params) -> float:
+    seeds = max(seeds, -(-seeds * MIN_TOKENS // s.tokens))
+    runs = [simulate(s, "default", seed, params, simulate(s, "default", seeds + seed, params)[2])
+            for seed in range(seeds)]
+    return sum(r[0] for r in runs) / sum(r[1] for r in runs)
+
+
+def params_with(overrides: dict) -> Params:
+    """Params with ``overrides`` applied. Raises: BadInput: an unknown name."""
+    names = {f.name for f in fields(Params)}
+    bad = sorted(set(overrides) - names)
+    if bad:
+        raise BadInput(f"unknown policy parameter(s): {', '.join(bad)}")
+    return replace(Params(), **overrides)

@@ -1,0 +1,37 @@
+"""How many tokens to draft next: a fixed K, or an adaptive choice proven in simulation.
+
+:func:`policy_for` builds the policy a :class:`~localspec.engine.spec.RunSpec` asks for.
+The adaptive one is small parts with one job each: :mod:`.params` (every tunable),
+:mod:`.costs` (what rounds cost), :mod:`.acceptance` (how far drafts get accepted),
+:mod:`.predict` (pure predictions), :mod:`.adaptive` (the controller and its states) and
+:mod:`.chain` (a lookup -> model chain). See docs/adaptive-policy.md.
+"""
+
+from __future__ import annotations
+
+from ..spec import DrafterKind, RunSpec
+from .adaptive import SCHEMA, AdaptivePolicy, State
+from .chain import CATCHUP, LOOKUP, MODEL, ChainPolicy
+from .params import DEFAULT, Params
+from .protocol import QUIET_ALWAYS, FixedPolicy, Policy
+
+__all__ = ["AdaptivePolicy", "ChainPolicy", "FixedPolicy", "Policy", "Params", "State", "DEFAULT", "SCHEMA",
+           "LOOKUP", "MODEL", "CATCHUP", "QUIET_ALWAYS", "policy_for"]
+
+
+def policy_for(spec: RunSpec, learned: dict | None = None) -> Policy:
+    """The drafting policy for one generation of ``spec``.
+
+    Args:
+        spec: a validated RunSpec.
+        learned: what an earlier generation's adaptive policy learned (:meth:`Policy.learned`).
+    Returns:
+        A FixedPolicy (target alone, or a fixed K), a ChainPolicy or an AdaptivePolicy.
+    """
+    if not spec.speculative:
+        return FixedPolicy(0)
+    if not spec.adaptive:
+        return FixedPolicy(spec.draft_max, spec.p_min)
+    if spec.drafter is DrafterKind.NGRAM_MODEL:
+        return ChainPolicy.build(spec.draft_min, spec.draft_max, spec.p_min, spec.can_pause, learned)
+    return AdaptivePolicy(spec.draft_min, spec.draft_max, spec.p_min, can_pause=spec.can_pause, learned=learned)

@@ -1,0 +1,140 @@
+"""How far drafts get accepted: per-position rates with their uncertainty, and shifts.
+
+A Beta posterior on a drafted token's acceptance (recent rounds weigh more) pools every
+position; each position's own counts are pulled towards it. Whether the drafter goes on to
+the next position (p_min, a lookup whose match ends) is counted too. Rounds whose accepted
+tokens are far off their prediction mean the text changed: the older evidence is thinned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from .params import Params
+
+
+def beta_bounds(succ: float, fail: float, z: float) -> tuple[float, float, float]:
+    """(mean, lower, upper) of a Beta(succ, fail), the bounds ``z`` sd away (normal
+    approximation, clipped to [0, 1])."""
+    n = succ + fail
+    mean, sd = succ / n, math.sqrt(succ * fail / (n * n * (n + 1.0)))
+    return mean, max(mean - z * sd, 0.0), min(mean + z * sd, 1.0)
+
+
+class AcceptanceModel:
+    """Per-position acceptance of one drafter's tokens.
+
+    Args:
+        params: the policy's parameters.
+        top: the longest draft.
+    """
+
+    def __init__(self, params: Params, top: int):
+        self.p = params
+        self.succ, self.fail = 1.0, 1.0
+        n = top + 1
+        # Rounds whose draft got to position i / drafted it / had it judged (i-1 accepted) /
+        # accepted it: stored values times ``scale``, so decaying them all is one product.
+        self.tried, self.made, self.judged, self.accepted = ([0.0] * n for _ in range(4))
+        self.scale = 1.0
+        self.shift: deque[tuple[float, float]] = deque(maxlen=params.shift_rounds)
+        self.shifts = 0
+        self.version = 0          # changes with every judgement (predictions are cached on it)
+
+    @property
+    def mean(self) -> float:
+        return self.succ / (self.succ + self.fail)
+
+    def bounds(self) -> tuple[float, float, float]:
+        return beta_bounds(self.succ, self.fail, self.p.z)
+
+    def rates(self, alpha: float | None = None) -> tuple[list[float], list[float]]:
+        """(cont, acc) per position i >= 1: P(the draft goes on to i | it drafted i-1) and
+        P(i accepted | drafted, all before accepted); ``alpha`` replaces every acceptance."""
+        sc, prior = self.scale, self.p.position_prior
+        cont = [(m * sc + 1.0) / (t * sc + 1.0) for m, t in zip(self.made, self.tried)]
+        if alpha is not None:
+            return cont, [alpha] * len(cont)
+        acc, last = [0.0] * len(cont), self.mean   # each position pulled towards the one before it
+        for i in range(1, len(cont)):
+            last = acc[i] = (self.accepted[i] * sc + prior * last) / (self.judged[i] * sc + prior)
+        return cont, acc
+
+    def judge(self, k: int, drafted: int, accepted: int, probe: bool = False) -> None:
+        """A verified draft of ``drafted`` tokens (``k`` allowed): ``accepted`` leading ones kept."""
+        decay = self.p.probe_decay if probe else self.p.decay
+        self.version += 1
+        self._rescale(decay)
+        self.succ, self.fail = max(self.succ * decay, 0.05), max(self.fail * decay, 0.05)
+        one = 1.0 / self.scale
+        for i in range(1, min(k, drafted + 1, len(self.tried) - 1) + 1):
+            self.tried[i] += one
+            if i <= drafted:
+                self.made[i] += one
+                if i <= accepted + 1:
+                    self.judged[i] += one
+                    if i <= accepted:
+                        self.accepted[i] += one
+        if drafted:
+            self.succ += accepted
+            self.fail += 1.0 if accepted < drafted else 0.0
+
+    def _rescale(self, f: float) -> None:
+        self.scale *= f
+        if self.scale < 1e-60:   # fold the common factor into the counts before it underflows
+            for arr in (self.tried, self.made, self.judged, self.accepted):
+                arr[:] = [x * self.scale for x in arr]
+            self.scale = 1.0
+
+    def shifted(self, drafted: int, accepted: int) -> bool:
+        """Whether the recent rounds' accepted tokens are so far off what the evidence
+        predicted that the text has changed; if so the evidence is thinned (call before
+        :meth:`judge`). Decay alone leaves the positions beyond the first unrefuted once
+        drafts fail at the first, and drafting runs on long after acceptance collapsed."""
+        _, acc = self.rates()
+        q, mean, moment = 1.0, 0.0, 0.0
+        for i in range(1, min(drafted, len(acc) - 1) + 1):
+            q *= acc[i]                     # P(a >= i)
+            mean += q
+            moment += (2 * i - 1) * q       # E[a^2] = sum (2i - 1) P(a >= i)
+        self.shift.append((mean - accepted, moment - mean * mean))
+        off = sum(x for x, _ in self.shift)
+        var = sum(v for _, v in self.shift)
+        if abs(off) >= 2.0 and off * off > self.p.shift_z ** 2 * max(var, 0.25):
+            self.shifts += 1
+            self.thin()
+            return True
+        return False
+
+    def thin(self) -> None:
+        """Keep ``resume_weight`` tokens' worth of evidence so that fresh rounds decide."""
+        self.shift.clear()
+        n = self.succ + self.fail
+        if n > self.p.resume_weight:
+            f = self.p.resume_weight / n
+            self.succ, self.fail = self.succ * f, self.fail * f
+            self._rescale(f)
+            self.version += 1
+
+    def to_dict(self) -> dict:
+        return {"beta": [self.succ, self.fail],
+                "positions": [[x * self.scale for x in a] for a in (self.tried, self.made, self.judged, self.accepted)]}
+
+    def seed(self, d: dict) -> None:
+        """An earlier generation's evidence, weighed down to ``seed_weight`` (a new prompt).
+
+        Raises:
+            TypeError, ValueError: a damaged entry.
+        """
+        succ, fail = (float(x) for x in d["beta"])
+        f = min(1.0, self.p.seed_weight / max(succ + fail, 1e-9))
+        self.succ, self.fail = max(succ * f, 0.05), max(fail * f, 0.05)
+        n = len(self.tried)
+        arrays = [[float(x) for x in a][:n] for a in d["positions"]]
+        if len(arrays) != 4 or any(min(a, default=-1) < 0 for a in arrays):
+            raise ValueError("positions")
+        g = min(1.0, self.p.seed_weight / max(arrays[0][1] if len(arrays[0]) > 1 else 0.0, 1e-9))
+        for own, a in zip((self.tried, self.made, self.judged, self.accepted), arrays):
+            own[:len(a)] = [x * g for x in a]
+        self.scale = 1.0

@@ -1,0 +1,397 @@
+"""The adaptive controller: which K to draft next, and whether to draft at all.
+
+Each round it predicts every draft length's tokens per second from the measured costs and
+acceptance, drafts the best, and pauses only when even an optimistic reading of the evidence
+(acceptance at its upper credible bound, costs at their favourable ends) says drafting
+loses. While paused, probes try drafting again at gaps that keep their cost under
+``probe_budget`` of the time; a probe that predicts a gain resumes drafting.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from enum import Enum
+
+from ...errors import BadInput
+from ..events import Step
+from . import predict
+from .acceptance import AcceptanceModel
+from .costs import CostModel
+from .params import DEFAULT, Params
+
+SCHEMA = 2   # the version of learned()'s dict; any other is ignored
+
+
+class State(str, Enum):
+    """Where the controller stands."""
+
+    MEASURING = "measuring"   # drafting at the first K until a plain step and a draft are measured
+    DRAFTING = "drafting"
+    PAUSED = "paused"
+    PROBING = "probing"       # a paused drafter's trial round
+
+
+class AdaptivePolicy:
+    """Choose K each round for the most tokens per second, pausing when drafting loses.
+
+    Args:
+        draft_min, draft_max: the range of K; p_min: a draft token's least top probability.
+        can_pause: whether drafting may pause; probe_budget: the share of time probes may cost.
+        learned: what an earlier generation learned (:meth:`learned`); anything else is ignored.
+        params: the tunables; clock: seconds (a simulator injects its own).
+    Raises:
+        BadInput: draft lengths out of range.
+    """
+
+    adaptive = True
+    may_draft = True
+
+    def __init__(self, draft_min: int = 1, draft_max: int = 8, p_min: float | None = None,
+                 can_pause: bool = True, probe_budget: float | None = None, learned: dict | None = None,
+                 params: Params = DEFAULT, clock: Callable[[], float] = time.perf_counter):
+        if draft_min < 1 or draft_max < 1:
+            raise BadInput("draft lengths must be >= 1")
+        if draft_min > draft_max:
+            raise BadInput(f"draft-min ({draft_min}) is larger than draft-max ({draft_max})")
+        self.p = params
+        self.draft_min, self.draft_max = draft_min, draft_max
+        self.p_min = p_min or 0.0
+        self.can_pause = can_pause
+        self.budget = params.probe_budget if probe_budget is None else probe_budget
+        self.ladder = sorted({k for k in params.ladder if draft_min <= k <= draft_max} | {draft_min, draft_max})
+        self.costs = CostModel(params, self.ladder[-1])
+        self.acc = AcceptanceModel(params, self.ladder[-1])
+        self.clock = clock
+        self.state = State.MEASURING
+        self.k = self._on_ladder(params.first_k)
+        self.round = self.tokens = 0
+        self.since_plain = 0          # drafting rounds since the last plain step
+        self.since_resume = 0         # drafting rounds since drafting (re)started
+        self.draft_rounds = 0
+        self.since_probe = 0          # tokens since the last probe (while paused)
+        self.probe_every = params.probe_min
+        self.refresh_every = params.refresh_min
+        self.t_last: float | None = None
+        self.pauses = self.probes = 0
+        self.predicted_speedup = 1.0
+        self.seeded = False
+        self._reason: str | None = "starting: measuring draft and target costs"
+        self._note: str | None = None
+        self._cache: dict = {}
+        if isinstance(learned, dict) and learned.get("version") == SCHEMA:
+            try:
+                self.costs.seed(learned["costs"])
+                self.acc.seed(learned["acceptance"])
+                self.k = self._on_ladder(int(learned.get("k", self.k)))
+                self.seeded = True
+            except (KeyError, TypeError, ValueError, AttributeError):
+                self.__init__(draft_min, draft_max, p_min, can_pause, probe_budget, None, params, clock)
+                return
+            self._start_seeded(learned.get("drafting") is False)
+
+    def _on_ladder(self, k: int) -> int:
+        return min(self.ladder, key=lambda x: (abs(x - k), x))
+
+    @property
+    def drafting(self) -> bool:
+        return self.state in (State.MEASURING, State.DRAFTING)
+
+    @property
+    def probe(self) -> bool:
+        return self.state is State.PROBING
+
+    @property
+    def k_now(self) -> int:
+        """The draft length in force (0 while paused)."""
+        return self.k if self.drafting else 0
+
+    def next_k(self) -> int:
+        if self.t_last is None:
+            self.t_last = self.clock()
+        if self.state is State.PAUSED and self.since_probe >= self.probe_every:
+            self.state = State.PROBING
+        if self.state is State.PROBING:
+            return max(self.k, min(self.p.probe_k, self.draft_max))
+        if self.state is State.PAUSED:
+            return 0
+        if self.round and not self._plain_fresh():
+            return 0
+        return self.k
+
+    def _plain_fresh(self) -> bool:
+        """Whether the plain step was measured recently enough (see :meth:`_schedule_refresh`)."""
+        s = self.costs.verify.get(1)
+        if s is None or s.value is None:
+            return False
+        if self.costs.overhead[False].value is None and self.costs.overhead[True].value is not None:
+            return False     # one plain round tells what drafting adds to the loop's own time
+        return self.since_plain < self.refresh_every
+
+    def gate(self):
+        """The per-token stop rule of a draft: p_min, else None."""
+        p_min = self.p_min
+        return (lambda i, top: top >= p_min) if p_min > 0 else None
+
+    def plain_step_seconds(self) -> float | None:
+        return self.costs.plain()
+
+    def one_decode_seconds(self) -> float | None:
+        """What the drafter's first decode of a round costs with little to catch up."""
+        return self.costs.first.value
+
+    @property
+    def round_extra(self) -> float:
+        return self.costs.round_extra
+
+    @round_extra.setter
+    def round_extra(self, seconds: float) -> None:
+        self.costs.round_extra = seconds
+        self._cache = {}
+
+    def opening_note(self) -> str | None:
+        note, self._note = self._note, None
+        return note
+
+    def quiet_rounds(self) -> int:
+        """While paused: the plain rounds before the one ahead of the next probe (which is
+        observed, measuring a plain step and starting the probe's clock)."""
+        if self.state is not State.PAUSED:
+            return 0
+        return max(self.probe_every - self.since_probe - 2, 0)
+
+    def passed(self, rounds: int, tokens: int) -> None:
+        self.round += rounds
+        self.tokens += tokens
+        self.since_probe += tokens
+        self.t_last = None
+
+    def _count(self, r: Step, own: bool) -> None:
+        """Every round: its tokens, its target decode and its time beyond the decodes."""
+        now = self.clock()
+        if self.t_last is not None and self.p.measure_loop:
+            rest = max(now - self.t_last - r.draft_seconds - r.verify_seconds, 0.0)
+            if r.k == 0:
+                self.costs.add_overhead(False, rest)
+            elif own and r.draft_steps > 0:
+                self.costs.add_overhead(True, rest)
+        self.t_last = now
+        self.round += 1
+        self.tokens += r.emitted
+        self.costs.add_verify(r.verify_batch, r.verify_seconds)
+        if r.verify_batch == 1:
+            self.since_plain = 0
+        elif self.drafting:
+            self.since_plain += 1
+        self._cache = {}
+
+    def observe_other(self, r: Step) -> str | None:
+        """A round another drafter of a chain drafted: only the target's cost and the tokens."""
+        if not self.drafting:
+            self.since_probe += r.emitted
+        self._count(r, own=False)
+        return self.opening_note()
+
+    def observe_unused(self, k: int, drafted: int, accepted: int) -> None:
+        """A one-hot draft a chain did not verify, judged against what the target emitted (in
+        distribution what verifying it would have accepted)."""
+        if k > 0 and drafted > 0:
+            self.acc.judge(k, drafted, accepted)
+            self._cache = {}
+
+    def observe(self, r: Step) -> str | None:
+        """Learn from a finished round; a sentence when drafting turns on or off."""
+        if not self.drafting and not (r.probe and self.state is State.PROBING):
+            self.since_probe += r.emitted
+            self._count(r, own=True)
+            return self.opening_note()
+        self._count(r, own=True)
+        if r.k > 0 and r.draft_steps > 0:
+            self.draft_rounds += 1
+            self.costs.add_draft(r.draft_steps, r.draft_seconds - r.wait_seconds,
+                                 r.sync_seconds - r.wait_seconds, r.sync_tokens)
+            if self.state is State.DRAFTING and r.drafted and self.acc.shifted(r.drafted, r.accepted):
+                self.since_resume = 0
+            self.acc.judge(r.k, r.drafted, r.accepted, probe=r.probe)
+            if self.drafting:
+                self.since_resume += 1
+            if r.probe:
+                self.probes += 1
+        note = self.opening_note()
+        if not self.costs.known:
+            return note
+        if self.state is State.MEASURING:
+            self.state = State.DRAFTING
+        return self._decide() or note
+
+    def curve(self, alpha: float | None = None, z: float = 0.0) -> dict[int, tuple[float, float]]:
+        """(expected tokens, expected seconds) of a round for every K on the ladder and 0;
+        ``alpha`` replaces the acceptance, ``z`` reads the costs that many errors in drafting's favour."""
+        key = (alpha, z)
+        out = self._cache.get(key)
+        if out is None:
+            c = self.costs
+            first, step = c.draft_seconds(z)
+            cont, acc = self.acc.rates(alpha)
+            out = self._cache[key] = predict.curve(c.table(z), self.ladder, cont, acc,
+                                                   first + c.loop(True), step, c.loop(False))
+        return out
+
+    def speedup(self, k: int, alpha: float | None = None, z: float = 0.0) -> float | None:
+        """Predicted tok/s at draft length k over the plain step's."""
+        return predict.speedups(self.curve(alpha, z)).get(k)
+
+    def rate(self, k: int) -> float | None:
+        """Expected tokens per second of a round allowing k drafts."""
+        pr = self.curve().get(k)
+        return pr[0] / pr[1] if pr and pr[1] > 0 else None
+
+    def bounds(self) -> tuple[float, float, float]:
+        """(expected, optimistic, cost-only) best speed-up over K: optimistic with acceptance at
+        its upper bound and costs at their favourable ends, combined as independent errors;
+        cost-only with every draft accepted (nothing can beat it)."""
+        mean, _, hi = self.acc.bounds()
+        z = self.p.z
+        curves = [predict.speedups(c) for c in (self.curve(), self.curve(max(hi, mean)),
+                                                self.curve(z=z), self.curve(1.0, z=z))]
+        if not curves[0]:
+            return 0.0, 0.0, 0.0
+        exp = max(curves[0].values())
+        up = max(s + math.hypot(max(a - s, 0.0), max(c - s, 0.0))
+                 for s, a, c in zip(curves[0].values(), curves[1].values(), curves[2].values()))
+        return exp, up, max(curves[3].values())
+
+    def _decide(self) -> str | None:
+        """K, and whether to pause or resume; a sentence when drafting turns on or off."""
+        p = self.p
+        k_best, s_best = predict.best(self.curve(), self.k)
+        if self.drafting:
+            # K moves where costs read in its favour by their errors would be clearly faster:
+            # a batch size measured little (maybe in a spike) gets tried again.
+            k_try, s_try = predict.best(self.curve(z=p.explore_z), self.k)
+            if k_try != self.k and s_try > (self.speedup(self.k, z=p.explore_z) or 0.0) * (1 + p.move_margin):
+                self.k = k_try
+            self.predicted_speedup = self.speedup(self.k) or 0.0
+            self._schedule_refresh(s_best)
+            n = self.since_resume
+            # A clear expected loss over enough fresh rounds (a lookup that finds nothing can
+            # never be proven to lose: its next match might be all accepted) ...
+            pause = n >= p.expected_rounds and s_best < 1.0 - p.expected_loss
+            if s_best < 1.0 and not pause:     # ... or even the optimistic reading loses
+                _, hi, cost_only = self.bounds()
+                pause = hi < 1.0 and (n >= p.min_rounds or (cost_only < 1.0 and self.draft_rounds >= 2))
+            if pause and self.can_pause:
+                self.k = k_best
+                return self._pause(None)
+            self._reason = None
+            return None
+        self.predicted_speedup = s_best
+        if s_best > 1.0 or not self.can_pause:
+            self.state, self.k, self.since_resume = State.DRAFTING, k_best, 0
+            self.acc.thin()
+            self._cache = {}
+            self._reason = None
+            return self.reason
+        return self._pause(None, quiet=True)
+
+    def _schedule_refresh(self, s_best: float) -> None:
+        """Drafting rounds between plain steps: a plain round instead of a drafted token
+        loses the difference of their times per token, kept under ``refresh_share``; at once
+        while the plain step's own error could turn the decision (every speed-up is read
+        against it), until it has a window of samples."""
+        plain = self.costs.verify.get(1)
+        if plain is not None and plain.n < self.p.window and self.p.refresh_z * self.costs.error(plain) > abs(s_best - 1.0):
+            self.refresh_every = 1     # a plain step before the next drafting round
+            return
+        c = self.curve()
+        tokens, seconds = c[self.k]
+        lost = max(c[0][1] - seconds / tokens, 0.0)
+        every = lost / (self.p.refresh_share * seconds) if seconds > 0 else self.p.refresh_min
+        self.refresh_every = int(min(max(every, self.p.refresh_min), self.p.refresh_max))
+
+    def _pause(self, why: str | None, every: int | None = None, quiet: bool = False) -> str | None:
+        """Pause drafting until the next probe, ``every`` tokens away (else budgeted)."""
+        was = self.state
+        self.state = State.PAUSED
+        self.since_probe = 0
+        if every is None:
+            every = self._probe_gap(max(self.k, min(self.p.probe_k, self.draft_max)))
+        self.probe_every = int(min(max(every, self.p.probe_min), self.p.probe_max))
+        if was is not State.PROBING:
+            self.pauses += 1
+        self._reason = self._explain(why)
+        if why is not None:      # a pause from the start: said before the answer
+            self._note = self._reason
+            return None
+        return None if quiet else self._reason
+
+    def _probe_gap(self, k: int) -> float:
+        """Tokens between probes: what a probe (and its catch-up) costs beyond the plain steps
+        it replaces, over ``budget`` of a plain step."""
+        c = self.curve()
+        if 0 not in c or k not in c:
+            return self.p.probe_min
+        c1 = c[0][1]
+        catch = self.costs.catchup * self.p.catchup_window if self.costs.catchup is not None else c[k][1] - c[0][1]
+        extra = catch + c[k][1] - c[k][0] * c1
+        return extra / (self.budget * c1) if extra > 0 and c1 > 0 else self.p.probe_min
+
+    def _start_seeded(self, ended_paused: bool) -> None:
+        """Start paused when an earlier generation's costs say drafting loses even read
+        optimistically, or it ended paused and they predict no gain."""
+        if not self.costs.known:
+            return
+        self.state = State.DRAFTING
+        k_best, s_best = predict.best(self.curve(), self.k)
+        self.predicted_speedup = s_best
+        self._reason = "starting from the costs measured last time"
+        if self.can_pause and self.p.seeded_pause and s_best <= 1.0 and (ended_paused or self.bounds()[1] < 1.0):
+            self.k = k_best
+            self._pause("from the last run")
+
+    @property
+    def reason(self) -> str:
+        """The latest reasoning, in plain words."""
+        if self._reason is None:
+            self._reason = self._explain(None)
+        return self._reason
+
+    def _explain(self, why: str | None) -> str:
+        c1, cd = self.costs.plain(), self.costs.first.value
+        mean, lo, hi = self.acc.bounds()
+        head = (f"draft step costs {cd / c1:.2f} of a target step, acceptance {mean:.2f} ({lo:.2f}-{hi:.2f}); "
+                f"K={self.k} predicted {self.predicted_speedup:.2f}x") if c1 and cd else ""
+        if why:
+            head = f"{why}: {head}" if head else why
+        if self.state is State.PAUSED:
+            return f"{head}; drafting paused (next probe after {self.probe_every} tokens)"
+        return head
+
+    def describe(self) -> str:
+        return (f"adaptive K in [{self.draft_min}, {self.draft_max}]" + (f", p_min {self.p_min}" if self.p_min else "")
+                + ("" if self.can_pause else ", never paused"))
+
+    def learned(self) -> dict | None:
+        """What this generation measured, to seed the next one (JSON); None before a plain step."""
+        if self.costs.plain() is None:
+            return None
+        return {"version": SCHEMA, "costs": self.costs.to_dict(), "acceptance": self.acc.to_dict(),
+                "k": self.k, "drafting": self.drafting}
+
+    def estimates(self) -> dict:
+        c, (mean, lo, up) = self.costs, self.acc.bounds()
+        c1, cd = c.plain(), c.first.value
+        exp, hi, cost_only = self.bounds() if c.known else (None, None, None)
+        return {
+            "adaptive": True, "k": self.k_now, "state": self.state.value, "drafting": self.drafting,
+            "reason": self.reason, "seeded": self.seeded, "predicted_speedup": self.predicted_speedup,
+            "speedup_upper_bound": hi, "speedup_if_all_accepted": cost_only,
+            "draft_step_seconds": cd, "draft_next_step_seconds": c.next.value if c.multi else None,
+            "target_step_seconds": c1, "target_step_samples": c.verify[1].n if 1 in c.verify else 0,
+            "draft_cost_ratio": (cd / c1) if (c1 and cd) else None, "catchup_seconds_per_token": c.catchup,
+            "verify_seconds_by_batch": {str(b): v for b, v in c.to_dict()["verify"].items()},
+            "round_seconds_beyond_decodes": {"drafting": c.overhead[True].value, "plain": c.overhead[False].value},
+            "acceptance": mean, "acceptance_interval": [lo, up], "pauses": self.pauses, "probes": self.probes,
+            "acceptance_shifts": self.acc.shifts, "probe_every_tokens": self.probe_every,
+        }

@@ -1,0 +1,251 @@
+"""What rounds cost: the target's decode by batch size, the drafter's decodes, the loop.
+
+Each cost is a window of recent samples with a robust mean. The target's sizes share a
+*level* that follows every round, so sizes not decoded lately move with the context's
+growth and the machine's mood instead of keeping an old price.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, insort
+from collections import deque
+
+from .params import Params
+
+
+class Samples:
+    """Recent samples of one cost (``window`` of them): a robust mean and its relative error;
+    ``prior`` (an earlier generation's value) stands in until a sample arrives."""
+
+    __slots__ = ("xs", "n", "prior", "_sorted", "_kept")
+
+    def __init__(self, window: int, prior: float | None = None):
+        self.xs: deque[float] = deque(maxlen=window)
+        self.n = 0
+        self.prior = prior
+        self._sorted: list[float] = []
+        self._kept: list[float] | None = None
+
+    def add(self, x: float) -> None:
+        x = max(x, 0.0)
+        if len(self.xs) == self.xs.maxlen:
+            del self._sorted[bisect_left(self._sorted, self.xs[0])]
+        self.xs.append(x)
+        insort(self._sorted, x)
+        self.n += 1
+        self._kept = None
+
+    def kept(self) -> list[float]:
+        """The samples the mean is over: not the very first (maybe a graph being built) while
+        it is in the window and not alone, nor the outer quarters (a busy machine's spikes)."""
+        if self._kept is None:
+            xs = self._sorted
+            if self.n == len(self.xs) >= 2:
+                xs = xs.copy()
+                del xs[bisect_left(xs, self.xs[0])]
+            q = len(xs) // 4
+            self._kept = xs[q:len(xs) - q] if q else xs
+        return self._kept
+
+    @property
+    def value(self) -> float | None:
+        xs = self.kept()
+        return sum(xs) / len(xs) if xs else self.prior
+
+    @property
+    def rel_se(self) -> float:
+        """Relative standard error of ``value``; 0.5 (little is known) below two samples."""
+        xs = self.kept()
+        if len(xs) < 2:
+            return 0.5
+        m = sum(xs) / len(xs)
+        var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+        return math.sqrt(var / len(xs)) / m if m > 0 else 0.0
+
+
+def monotone(points: list[tuple[int, float, float]]) -> list[tuple[int, float]]:
+    """The weighted least-squares fit of (size, seconds, weight) points that never falls with
+    the size (pooling adjacent violators): noise must not make a larger batch look cheaper,
+    nor, clamped to its neighbour, dearer."""
+    blocks: list[list[float]] = []      # [weighted sum, weight, first index, last index]
+    for i, (_, t, w) in enumerate(points):
+        blocks.append([t * w, w, i, i])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            s, w2, _, last = blocks.pop()
+            blocks[-1][0] += s
+            blocks[-1][1] += w2
+            blocks[-1][3] = last
+    out = []
+    for s, w, first, last in blocks:
+        out += [(points[i][0], s / w) for i in range(first, last + 1)]
+    return out
+
+
+def costs_by_size(points: list[tuple[int, float]], top: int, lone_slope: float = 0.15) -> list[float]:
+    """Target seconds for every batch size 1..top (index 0 unused; [] without points) from
+    (size, seconds) points sorted by size: linear between them, the nearest segment's slope
+    beyond them but never more per token than the largest (batching only shares a step's
+    cost); with one point, ``lone_slope`` of it more a token."""
+    if not points:
+        return []
+    out = [0.0] * (top + 1)
+    if len(points) == 1:
+        b, t = points[0]
+        for n in range(1, top + 1):
+            out[n] = max(t * (1.0 + lone_slope * (n - b) / b), t * n / b if n < b else 0.0, 1e-9)
+        return out
+    (b0, t0), (b1, t1) = points[0], points[1]
+    first_slope = (t1 - t0) / (b1 - b0)
+    (c0, u0), (c1, u1) = points[-2], points[-1]
+    last_slope = (u1 - u0) / (c1 - c0)
+    j = 0
+    for n in range(1, top + 1):
+        if n <= b0:
+            out[n] = max(t0 - first_slope * (b0 - n), t0 * n / b0, 1e-9)
+        elif n >= c1:
+            out[n] = min(u1 + last_slope * (n - c1), u1 * n / c1)
+        else:
+            while points[j + 1][0] < n:
+                j += 1
+            (lo, t_lo), (hi, t_hi) = points[j], points[j + 1]
+            out[n] = t_lo + (t_hi - t_lo) * (n - lo) / (hi - lo)
+    return out
+
+
+class CostModel:
+    """The measured costs of one drafter's rounds and of the target under it; tables cover
+    verify batches up to ``top + 1`` (``top``: the longest draft)."""
+
+    def __init__(self, params: Params, top: int):
+        self.p = params
+        self.top = top
+        self.verify: dict[int, Samples] = {}       # per batch size, at level 1
+        self.level = 1.0
+        self.first = Samples(params.window)        # the drafter's first decode of a round (or its lookup)
+        self.next = Samples(params.window)         # each further draft decode
+        self.multi = False                         # the drafter decodes once per drafted token
+        self.catchup: float | None = None          # seconds per extra token of a long first decode
+        self.overhead = {True: Samples(params.window), False: Samples(params.window)}   # drafting, plain
+        self.round_extra = 0.0                     # every drafting round's extra (a chain's catch-up)
+        self.noise_prior: float | None = None
+        self._tables: dict[float, list[float]] = {}
+
+    def add_verify(self, batch: int, seconds: float) -> None:
+        """One target decode of ``batch`` tokens took ``seconds``."""
+        s = self.verify.get(batch)
+        if s is None:
+            s = self.verify[batch] = Samples(self.p.window)
+        elif s.n >= 2:   # (a size's first sample may be a graph being built: it moves nothing)
+            ratio = seconds / (s.value * self.level)
+            self.level *= min(max(ratio, 0.5), 2.0) ** self.p.level_rate
+        s.add(seconds / self.level)
+        self._tables = {}
+
+    def add_draft(self, steps: int, seconds: float, first_seconds: float, first_tokens: int) -> None:
+        """A round's draft: ``steps`` decodes in ``seconds``, the first of ``first_tokens``."""
+        if steps > 1:
+            self.multi = True
+            self.next.add((seconds - first_seconds) / (steps - 1))
+        if first_tokens <= self.p.short_sync:
+            self.first.add(first_seconds if first_seconds > 0 else seconds / steps)
+        elif self.first.value is not None:
+            per = max(first_seconds - self.first.value, 0.0) / (first_tokens - 1)
+            self.catchup = per if self.catchup is None else self.catchup + 0.2 * (per - self.catchup)
+        self._tables = {}
+
+    def add_overhead(self, drafting: bool, seconds: float) -> None:
+        """A round's wall time beyond its decodes (the loop's own Python and its readers)."""
+        self.overhead[drafting].add(seconds)
+        self._tables = {}
+
+    @property
+    def known(self) -> bool:
+        """Whether a plain step and a draft decode are known: predictions can be made."""
+        return self.first.value is not None and self.plain() is not None
+
+    def plain(self) -> float | None:
+        s = self.verify.get(1)
+        v = None if s is None else s.value
+        return None if v is None else v * self._moved(s)
+
+    def _moved(self, s: Samples) -> float:
+        """The level, and for a cost carried from an earlier generation and not measured
+        since, how far the sizes measured again have moved from theirs (their median)."""
+        if s.n or not s.prior:
+            return self.level
+        moved = sorted(v.value / v.prior for v in self.verify.values() if v.n and v.prior)
+        m = len(moved)
+        return self.level * (math.sqrt(moved[(m - 1) // 2] * moved[m // 2]) if m else 1.0)
+
+    def error(self, s: Samples | None) -> float:
+        """A cost's relative standard error: its own samples', never below the machine's
+        noise over as many samples (a few samples can agree by chance)."""
+        n = 0 if s is None or not s.n else len(s.kept())
+        return self.noise() / math.sqrt(max(n, 1)) if n < 3 else max(s.rel_se, self.noise() / math.sqrt(n))
+
+    def noise(self) -> float:
+        """The relative error of one sample of the best-sampled target cost (the machine's noise)."""
+        best = max(self.verify.values(), key=lambda s: len(s.xs), default=None)
+        if best is not None and len(best.kept()) >= 3:
+            return best.rel_se * math.sqrt(len(best.kept()))
+        return self.p.noise if self.noise_prior is None else self.noise_prior
+
+    def table(self, z: float = 0.0) -> list[float]:
+        """Target seconds by batch size 1..top+1 (index 0 unused; [] until one is known); with
+        ``z`` > 0, batches beyond the plain step ``z`` errors cheaper and the plain step ``z``
+        errors dearer (both favour drafting)."""
+        out = self._tables.get(z)
+        if out is None:
+            pts = sorted((b, s.value * self._moved(s) * (self._end(s, z, b > 1) if z else 1.0),
+                          max(len(s.kept()), 1)) for b, s in self.verify.items() if s.value is not None)
+            fit = monotone(pts) if self.p.monotone else [(b, t) for b, t, _ in pts]
+            if fit and fit[0][0] == 1:   # one decode of b tokens costs no more than b plain steps
+                fit = [(b, min(t, b * fit[0][1])) for b, t in fit]
+            out = self._tables[z] = costs_by_size(fit, self.top + 1, self.p.lone_slope)
+        return out
+
+    def _end(self, s: Samples, z: float, low: bool = True) -> float:
+        """A cost ``z`` errors below (or above) its estimate, as a factor."""
+        err = self.error(s)
+        return max(1.0 - z * err, 0.5) if low else min(1.0 + z * err, 1.5)
+
+    def draft_seconds(self, z: float = 0.0) -> tuple[float, float]:
+        """(first decode, each further one) of a round's draft, ``z`` errors cheaper; further
+        ones cost nothing for a one-step drafter (a lookup)."""
+        first = self.first.value or 0.0
+        nxt = (self.next.value if self.next.value is not None else first) if self.multi else 0.0
+        if z:
+            first, nxt = first * self._end(self.first, z), nxt * self._end(self.next, z)
+        return first, nxt
+
+    def loop(self, drafting: bool) -> float:
+        """A round's seconds beyond its decodes; a drafting round's includes the chain's extra."""
+        plain, draft = self.overhead[False].value, self.overhead[True].value
+        if not drafting:
+            return plain if plain is not None else (draft or 0.0)
+        return self.round_extra + (draft if draft is not None else (plain or 0.0))
+
+    def to_dict(self) -> dict:
+        return {"verify": {str(b): s.value * self._moved(s) for b, s in sorted(self.verify.items())
+                           if s.value is not None},
+                "draft_first": self.first.value, "draft_next": self.next.value, "multi": self.multi,
+                "catchup": self.catchup, "noise": self.noise() if self.verify else None,
+                "loop": [self.overhead[True].value, self.overhead[False].value]}
+
+    def seed(self, d: dict) -> None:
+        """Take an earlier generation's costs as priors (real samples replace them).
+        Raises TypeError, ValueError or KeyError on a damaged entry."""
+        verify = {int(b): float(v) for b, v in d["verify"].items() if v and float(v) > 0}
+        first, nxt, catchup = (None if d.get(x) is None else float(d[x]) for x in ("draft_first", "draft_next", "catchup"))
+        self.verify = {b: Samples(self.p.window, v) for b, v in verify.items()}
+        self.first.prior, self.next.prior, self.catchup = first, nxt, catchup
+        self.multi = bool(d.get("multi"))
+        noise = d.get("noise")
+        if isinstance(noise, (int, float)) and 0.0 <= noise < 0.5:
+            self.noise_prior = float(noise)
+        loop = d.get("loop") or [None, None]
+        for key, v in zip((True, False), loop):
+            if isinstance(v, (int, float)) and 0.0 <= v < 1.0:
+                self.overhead[key].prior = float(v)
+        self._tables = {}

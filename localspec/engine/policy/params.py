@@ -1,0 +1,51 @@
+"""Every tunable of the adaptive policy, in one frozen object.
+
+No other module of the policy holds a tuning constant: the simulator
+(``scripts/simulate_policy.py``) and the tests vary these to prove what each one is for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Params:
+    """The adaptive policy's parameters (units in brackets)."""
+
+    first_k: int = 3                # draft length of the first round when nothing is known [tokens]
+    window: int = 16                # recent samples kept per measured cost [samples]
+    z: float = 1.645                # one-sided confidence of a pause (~95%) [standard deviations]
+    decay: float = 0.98             # acceptance evidence kept per judged round (~50 rounds) [factor]
+    probe_decay: float = 0.7        # ... per probe, the only fresh evidence while paused [factor]
+    position_prior: float = 2.0     # pseudo-rounds pulling a position's acceptance to the pooled one [rounds]
+    seed_weight: float = 6.0        # acceptance evidence carried into a new generation [tokens]
+    resume_weight: float = 8.0      # acceptance evidence kept on a resume or a shift [tokens]
+    shift_z: float = 3.5            # accepted tokens this far off their prediction ... [standard deviations]
+    shift_rounds: int = 8           # ... over this many recent rounds: the text changed [rounds]
+    min_rounds: int = 4             # drafting rounds after a (re)start before acceptance may pause [rounds]
+    move_margin: float = 0.02       # a new K must be predicted this much faster [fraction]
+    expected_loss: float = 0.08     # drafting pauses when expected to lose this much ... [fraction]
+    expected_rounds: int = 16       # ... over this many fresh drafting rounds [rounds]
+    explore_z: float = 1.0          # K is chosen with costs this many errors in drafting's favour [standard errors]
+    refresh_z: float = 1.645        # the plain step is measured again while this many of its errors could turn a decision
+    refresh_share: float = 0.005    # plain steps re-measuring the target step: this share of the time [fraction]
+    refresh_min: int = 12           # drafting rounds between plain-step measurements, at least [rounds]
+    refresh_max: int = 400          # ... and at most [rounds]
+    probe_budget: float = 0.02      # time spent on probes while paused, at most [fraction]
+    probe_k: int = 4                # a probe drafts at least this many tokens [tokens]
+    probe_min: int = 8              # tokens between probes, at least [tokens]
+    probe_max: int = 4096           # ... and at most [tokens]
+    catchup_window: int = 32        # tokens a drafter re-reads for a probe after a long pause [tokens]
+    noise: float = 0.2              # a measured time's relative error until the machine's is measured [fraction]
+    lone_slope: float = 0.15        # with one batch size measured, each further token costs this share of it
+    level_rate: float = 0.2         # how fast the target's common cost level follows each round [fraction]
+    route_margin: float = 0.02      # a chain's model takes a round a lookup matched when this much faster [fraction]
+    measure_loop: bool = True       # price a round's time beyond its decodes (the loop's Python)
+    monotone: bool = True           # fit verify costs that never fall with the batch size
+    seeded_pause: bool = True       # start paused when what an earlier answer learned says drafting loses
+    short_sync: int = 4             # a draft's first decode of at most this many tokens costs about one [tokens]
+    ladder: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)   # draft lengths chosen among [tokens]
+
+
+DEFAULT = Params()

@@ -1,0 +1,56 @@
+"""Pure predictions: a round's expected tokens and seconds for every draft length."""
+
+from __future__ import annotations
+
+
+def curve(table: list[float], ks: list[int], cont: list[float], acc: list[float], fixed: float, step: float,
+          plain: float) -> dict[int, tuple[float, float]]:
+    """(expected tokens, expected seconds) of a round for each K in ``ks`` and 0 (a plain step).
+
+    The verify batch is priced as the mean of its cost over how many tokens get drafted,
+    not as the cost of the mean batch: a drafter that often stops early (a lookup, p_min)
+    drafts short batches most rounds and long ones in a few.
+
+    Args:
+        table: target seconds by batch size (index 0 unused), up to max(ks) + 1.
+        ks: the draft lengths, ascending.
+        cont, acc: per position i >= 1, P(drafted | i-1 drafted), P(accepted | drafted, all before accepted).
+        fixed: a drafting round's seconds beyond its verify and further draft decodes.
+        step: each further draft decode's seconds.
+        plain: a plain round's seconds beyond its decode.
+    Returns:
+        {k: (tokens, seconds)}; {} without a table.
+    """
+    if not table:
+        return {}
+    out = {0: (1.0, table[1] + plain)}
+    wanted = set(ks)
+    tokens, drafted, stopped = 1.0, 0.0, 0.0
+    p_made = p_ok = 1.0
+    first = cont[1]
+    for i in range(1, ks[-1] + 1):
+        stopped += p_made * (1.0 - cont[i]) * table[i]    # exactly i-1 drafted: a batch of i
+        p_made *= cont[i]
+        p_ok *= cont[i] * acc[i]
+        drafted += p_made
+        tokens += p_ok
+        if i in wanted:
+            out[i] = (tokens, fixed + step * (drafted - first) + stopped + p_made * table[i + 1])
+    return out
+
+
+def speedups(c: dict[int, tuple[float, float]]) -> dict[int, float]:
+    """Each K's predicted tokens per second over the plain step's."""
+    if 0 not in c:
+        return {}
+    base = c[0][1]
+    return {k: t / s * base for k, (t, s) in c.items() if k and s > 0}
+
+
+def best(c: dict[int, tuple[float, float]], default: int) -> tuple[int, float]:
+    """The K with the highest predicted speed-up, and that speed-up ((default, 0) when unknown)."""
+    s = speedups(c)
+    if not s:
+        return default, 0.0
+    k = max(s, key=lambda x: (s[x], -x))
+    return k, s[k]
