@@ -85,6 +85,7 @@ def run_cli_env(env: dict, *args):
     return run_cli(*args, env=env)
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_keeps_finished_cells(tiny_target, tiny_draft, tmp_path):
     out = tmp_path / "int.json"
     # Output to files, not pipes: nobody reads a pipe while the sweep runs, and a full one

@@ -2,11 +2,13 @@
 near-tie (llama.cpp rounds a batch of tokens differently from one at a time) or not."""
 
 import numpy as np
+import pytest
 from conftest import GREEDY, make_engine, run_spec, run_to_done
 
 from localspec.chat.comparison import NEAR_TIE, compare, measure_difference
 
 
+@pytest.mark.slow
 def test_a_difference_is_measured_by_the_targets_logits(tiny_target, tiny_draft):
     with make_engine(tiny_target, tiny_draft) as e:
         toks = e.tokenize("Once upon a time")

@@ -165,6 +165,7 @@ def test_a_larger_draft_vocabulary_never_reaches_the_target(zoo):
     assert spec.token_ids == base.token_ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg, target_chain, draft_chain", [
     (SamplingConfig(temperature=1.0, top_k=8, top_p=0.9, min_p=0.02), DeviceChain("top_k", 8), DeviceChain("top_k", 8)),
     # Top-k off: the target's top-p runs on the device over the whole row, the draft

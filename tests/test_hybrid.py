@@ -153,6 +153,7 @@ def test_chat_turns_on_a_hybrid_target(models):
         assert second.token_ids == alone.token_ids
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target,draft", [("lfm2", "lfm2-d"), ("mamba", "llama-d")])
 def test_lossless_sampling(zoo, target, draft):
     t = zoo.get(hybrid_spec(scale=0.35) if target == "lfm2" else mamba_spec(scale=0.35), f"{target}-flat.gguf")

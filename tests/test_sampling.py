@@ -182,6 +182,7 @@ def sample_pairs(engine, prompt, cfg, n, policy_k=3):
     return counts, drafted, accepted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cfg", [
     SamplingConfig(temperature=1.0, top_k=8),
     SamplingConfig(temperature=0.7, top_k=0, top_p=0.9, min_p=0.02),

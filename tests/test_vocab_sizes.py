@@ -74,6 +74,7 @@ def test_greedy_identical(pairs, direction):
     assert proposed and max(proposed) < n_target, "a draft id the target lacks was proposed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("direction", ["s-target-larger", "s-draft-larger"])
 def test_sampling_with_truncation_off_is_lossless(pairs, direction):
     """Dense distributions (top-k, top-p and min-p off) on both sides of a size difference."""
