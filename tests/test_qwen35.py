@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 from conftest import make_engine
-from test_hybrid import compare
+from test_hybrid import assert_greedy_identical, compare
 from test_sampling import ALPHA, chi_square_p, exact_two_tokens, sample_pairs
 from tiny import REAL_VOCAB, TinySpec, qwen35_spec
 
 from localspec.engine import SamplingConfig
 from localspec.engine.backend import Model, Rollback
-from localspec.engine.compat import check_files
 from localspec.engine.gguf_meta import read_metadata
 
 PROMPTS = ["The quick brown fox", "def fibonacci(n):", "Once upon a time there was"]
@@ -77,11 +76,7 @@ def test_target_rolls_back_with_state_snapshots(models):
 @pytest.mark.parametrize("target,draft", [("q35", "q35-d"), ("q35", "llama-d"), ("q35-mtp", "q35-d")])
 @pytest.mark.parametrize("k", [2, 5])
 def test_greedy_identical(models, target, draft, k):
-    assert check_files(models[target], models[draft]).compatible
-    with make_engine(models[target], models[draft], draft_max=k) as e:
-        for prompt in PROMPTS:
-            _, spec, _ = compare(e, prompt, 40)
-            assert spec.summary.drafted > 0
+    assert_greedy_identical(models[target], models[draft], k)
 
 
 def test_greedy_identical_with_the_real_vocabulary(models):
