@@ -89,7 +89,7 @@ def test_settings_parse_refuse_and_round_trip():
     assert s == CHAT_DEFAULTS.with_(drafter="ngram", adaptive=False)
     assert not s.adaptive and s.sampling.top_k == 40
     assert parse_settings(good | {"p_min": "0.3", "seed": "7", "draft_temperature": "0"}, drafter="model",
-                          adaptive=True).policy().p_min == 0.3
+                          adaptive=True).p_min == 0.3
     cases = {
         "temperature": ("-1", "temperature must be >= 0"),
         "top_p": ("0", "top-p must be in (0, 1]"),

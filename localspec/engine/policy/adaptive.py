@@ -159,7 +159,7 @@ class AdaptivePolicy:
         observed, measuring a plain step and starting the probe's clock)."""
         if self.state is not State.PAUSED:
             return 0
-        return max(self.probe_every - self.since_probe - 2, 0)
+        return max(self.probe_every - self.since_probe - 1, 0)
 
     def passed(self, rounds: int, tokens: int) -> None:
         self.round += rounds
@@ -199,6 +199,9 @@ class AdaptivePolicy:
         if k > 0 and drafted > 0:
             self.acc.judge(k, drafted, accepted)
             self._cache = {}
+            if self.state is State.DRAFTING and self.costs.known:   # fresh evidence: decide on it
+                self.since_resume += 1
+                self._note = self._decide() or self._note
 
     def observe(self, r: Step) -> str | None:
         """Learn from a finished round; a sentence when drafting turns on or off."""
@@ -242,9 +245,19 @@ class AdaptivePolicy:
         """Predicted tok/s at draft length k over the plain step's."""
         return predict.speedups(self.curve(alpha, z)).get(k)
 
-    def rate(self, k: int) -> float | None:
-        """Expected tokens per second of a round allowing k drafts."""
-        pr = self.curve().get(k)
+    def rate(self, k: int, matched: bool = False) -> float | None:
+        """Expected tokens per second of a round allowing k drafts; ``matched``: given that the
+        drafter proposes a first token (a lookup that found a match). None until costs are known."""
+        if not self.costs.known:
+            return None
+        if matched:
+            c = self.costs
+            cont, acc = self.acc.rates()
+            first, step = c.draft_seconds()
+            pr = predict.curve(c.table(), self.ladder, [1.0, 1.0] + cont[2:], acc, first + c.loop(True), step,
+                               c.loop(False)).get(k)
+        else:
+            pr = self.curve().get(k)
         return pr[0] / pr[1] if pr and pr[1] > 0 else None
 
     def bounds(self) -> tuple[float, float, float]:
@@ -280,7 +293,7 @@ class AdaptivePolicy:
             pause = n >= p.expected_rounds and s_best < 1.0 - p.expected_loss
             if s_best < 1.0 and not pause:     # ... or even the optimistic reading loses
                 _, hi, cost_only = self.bounds()
-                pause = hi < 1.0 and (n >= p.min_rounds or (cost_only < 1.0 and self.draft_rounds >= 2))
+                pause = hi < 1.0 and (n >= p.min_rounds or (cost_only < 1.0 and len(self.costs.first.kept()) >= 2))
             if pause and self.can_pause:
                 self.k = k_best
                 return self._pause(None)
@@ -301,7 +314,8 @@ class AdaptivePolicy:
         while the plain step's own error could turn the decision (every speed-up is read
         against it), until it has a window of samples."""
         plain = self.costs.verify.get(1)
-        if plain is not None and plain.n < self.p.window and self.p.refresh_z * self.costs.error(plain) > abs(s_best - 1.0):
+        if (plain is not None and plain.n < self.p.window
+                and self.p.refresh_z * self.costs.error(plain) > abs(s_best - 1.0)):
             self.refresh_every = 1     # a plain step before the next drafting round
             return
         c = self.curve()

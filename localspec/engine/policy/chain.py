@@ -107,7 +107,7 @@ class ChainPolicy:
         if self._first is None:
             self._first = True
             if self.k_lookup and self.k_model and not self.probe:
-                lookup, model = self.lookup.rate(self.k_lookup), self.model.rate(self.k_model)
+                lookup, model = self.lookup.rate(self.k_lookup, matched=True), self.model.rate(self.k_model)
                 self._first = lookup is None or model is None or model <= lookup * (1.0 + self.p.route_margin)
         return self._first
 

@@ -237,7 +237,8 @@ class CostModel:
         """Take an earlier generation's costs as priors (real samples replace them).
         Raises TypeError, ValueError or KeyError on a damaged entry."""
         verify = {int(b): float(v) for b, v in d["verify"].items() if v and float(v) > 0}
-        first, nxt, catchup = (None if d.get(x) is None else float(d[x]) for x in ("draft_first", "draft_next", "catchup"))
+        first, nxt, catchup = (None if d.get(x) is None else float(d[x])
+                               for x in ("draft_first", "draft_next", "catchup"))
         self.verify = {b: Samples(self.p.window, v) for b, v in verify.items()}
         self.first.prior, self.next.prior, self.catchup = first, nxt, catchup
         self.multi = bool(d.get("multi"))

@@ -28,7 +28,7 @@ class Params:
     expected_loss: float = 0.08     # drafting pauses when expected to lose this much ... [fraction]
     expected_rounds: int = 16       # ... over this many fresh drafting rounds [rounds]
     explore_z: float = 1.0          # K is chosen with costs this many errors in drafting's favour [standard errors]
-    refresh_z: float = 1.645        # the plain step is measured again while this many of its errors could turn a decision
+    refresh_z: float = 1.645        # the plain step is re-measured while this many of its errors turn a decision
     refresh_share: float = 0.005    # plain steps re-measuring the target step: this share of the time [fraction]
     refresh_min: int = 12           # drafting rounds between plain-step measurements, at least [rounds]
     refresh_max: int = 400          # ... and at most [rounds]

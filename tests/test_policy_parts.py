@@ -1,0 +1,185 @@
+"""The adaptive policy's parts and its simulator: deterministic, on a simulated clock."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localspec.bench import simulate as sim
+from localspec.engine.events import Step
+from localspec.engine.policy import DEFAULT, SCHEMA, AdaptivePolicy, Params, State
+from localspec.engine.policy.acceptance import AcceptanceModel
+from localspec.engine.policy.costs import CostModel, costs_by_size, monotone
+from localspec.errors import BadInput
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "scripts" / "policy_scenarios.json"
+
+
+def test_costs_by_size_interpolate_and_extend():
+    assert costs_by_size([], 5) == []
+    one = costs_by_size([(2, 0.010)], 4)
+    assert one[2] == pytest.approx(0.010) and one[1] == pytest.approx(0.00925) and one[4] == pytest.approx(0.0115)
+    t = costs_by_size([(1, 0.010), (4, 0.013), (6, 0.021)], 9)
+    assert t[2] == pytest.approx(0.011) and t[5] == pytest.approx(0.017)
+    assert t[9] == pytest.approx(0.021 * 9 / 6), "never more per token than the largest measured batch"
+
+
+def test_noisy_costs_are_fitted_never_falling_with_the_batch_size():
+    """A batch measured cheaper than a smaller one is pooled with it (weighted by samples),
+    not clamped to it: clamping made every noisy reading of a flat GPU cost dearer."""
+    fit = dict(monotone([(1, 0.020, 8), (2, 0.019, 8), (4, 0.022, 2)]))
+    assert fit[1] == fit[2] == pytest.approx(0.0195) and fit[4] == pytest.approx(0.022)
+
+
+def test_a_batch_measured_in_a_spike_costs_no_more_than_its_plain_steps():
+    """Seen on a loaded CPU: a plain step of 2 ms and one sample of a batch of two at 20 ms
+    (a spike) made even an all-accepted draft look like a loss, and paused a draft that
+    pays. One decode of b tokens never costs more than b plain steps."""
+    c = CostModel(DEFAULT, 8)
+    for _ in range(3):
+        c.add_verify(1, 0.002)
+    c.add_verify(2, 0.020)
+    assert c.table()[2] <= 2 * 0.002 + 1e-12
+
+
+def test_acceptance_decays_as_one_factor_exactly():
+    a = AcceptanceModel(DEFAULT, 8)
+    eager = [[0.0] * 9 for _ in range(4)]
+    for i in range(3000):
+        drafted, accepted = 8 if i % 3 else 0, i % 9
+        a.judge(8, drafted, min(accepted, drafted))
+        for arr in eager:
+            arr[:] = [x * DEFAULT.decay for x in arr]
+        for j in range(1, min(8, drafted + 1) + 1):
+            eager[0][j] += 1
+            if j <= drafted:
+                eager[1][j] += 1
+                if j <= min(accepted, drafted) + 1:
+                    eager[2][j] += 1
+                    if j <= min(accepted, drafted):
+                        eager[3][j] += 1
+    for own, ref in zip(a.to_dict()["positions"], eager):
+        assert own == pytest.approx(ref, rel=1e-9, abs=1e-12)
+
+
+def _answer(policy, target=0.010, draft=0.008, accept=0.6, rounds=300, clock=None):
+    """Rounds of a lone drafter under a simple cost model (every draft accepted with chance
+    ``accept`` per token); the policy reads the simulated clock."""
+    import random
+
+    rnd, now = random.Random(1), [0.0]
+    policy.clock = lambda: now[0]
+    for i in range(rounds):
+        quiet = policy.quiet_rounds()
+        if quiet:
+            now[0] += quiet * target
+            policy.passed(quiet, quiet)
+            continue
+        k = policy.next_k()
+        a = 0
+        while a < k and rnd.random() < accept:
+            a += 1
+        v, d = target * (1 + 0.05 * k), draft * k
+        now[0] += v + d
+        policy.observe(Step(i, k, k, a, a + 1, d, v, policy.drafting, draft_steps=k, verify_batch=k + 1,
+                            probe=policy.probe, sync_tokens=1 if k else 0, sync_seconds=draft if k else 0.0))
+    return policy
+
+
+def test_a_losing_pair_learned_once_starts_the_next_answer_paused_and_quiet():
+    first = _answer(AdaptivePolicy(1, 8))
+    assert first.state is State.PAUSED
+    learned = json.loads(json.dumps(first.learned()))
+    assert learned["version"] == SCHEMA
+    second = AdaptivePolicy(1, 8, learned=learned)
+    assert second.seeded and second.state is State.PAUSED
+    assert "from the last run" in second.opening_note() and second.opening_note() is None
+    quiet = second.quiet_rounds()
+    assert quiet == second.probe_every - 1 > 0, "the generator runs these rounds without asking"
+    second.passed(quiet, quiet)
+    assert second.since_probe == quiet and second.next_k() == 0
+    second.observe(Step(0, 0, 0, 0, 1, 0.0, 0.010, False))
+    assert second.next_k() > 0 and second.probe, "the probe is due"
+
+
+@pytest.mark.parametrize("learned", [{"version": 1, "verify": {"1": 0.01}}, {"version": SCHEMA, "costs": "x"},
+                                     {"version": SCHEMA, "costs": {"verify": {"1": "a"}}, "acceptance": {}},
+                                     "damaged", None])
+def test_damaged_or_older_learned_state_starts_from_nothing(learned):
+    p = AdaptivePolicy(1, 8, learned=learned)
+    assert not p.seeded and p.state is State.MEASURING and p.k == DEFAULT.first_k
+
+
+def test_bad_draft_lengths():
+    with pytest.raises(BadInput):
+        AdaptivePolicy(0, 8)
+    with pytest.raises(BadInput):
+        AdaptivePolicy(5, 2)
+
+
+def test_scenarios_are_checked_with_one_line_errors():
+    good = {"name": "x", "target_ms": [10, 11], "draft_ms": 1, "accept": [0.5], "tokens": 64}
+    assert sim.Scenario.from_dict(good).drafter == "model"
+    assert sim.Scenario.from_dict(dict(good, draft_ms=0)).drafter == "ngram"
+    for bad in ({"name": "x"}, dict(good, accept=[1.5]), dict(good, tokens=0), dict(good, drafter="gpu"),
+                dict(good, noise=1.0), dict(good, loop_ms=[1]), dict(good, then={"at": "soon"})):
+        with pytest.raises(BadInput) as e:
+            sim.Scenario.from_dict(bad)
+        assert "\n" not in str(e.value)
+    with pytest.raises(BadInput, match="unknown policy parameter"):
+        sim.params_with({"nope": 1})
+
+
+def test_the_simulator_is_deterministic_and_shares_draws_between_settings():
+    s = sim.Scenario.from_dict({"name": "n", "target_ms": [20, 20.3, 20.6], "draft_ms": 2, "noise": 0.1,
+                                "accept": [0.8, 0.7], "tokens": 200})
+    assert sim.simulate(s, "default", 3) == sim.simulate(s, "default", 3)
+    assert sim.evaluate(s, 2) == sim.evaluate(s, 2)
+    # the target alone's answer costs the same draws whoever else ran
+    assert sim.simulate(s, "target", 3)[:2] == sim.simulate(s, "target", 3)[:2]
+
+
+def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
+    """The goal (default / best fixed >= 0.97, median >= 0.99) is measured by the script with
+    several seeds; here the noiseless scenarios with one seed, deterministically."""
+    scenarios = [s for s in sim.load(str(SCENARIOS)) if not s.noise]
+    out = sim.report(scenarios, 1)
+    assert out["min_default_over_best"] >= 0.96, out
+    assert out["median_default_over_best"] >= 0.985, out
+    by_name = {r["name"]: r for r in out["scenarios"]}
+    assert by_name["draft-too-dear"]["best"]["setting"] == "target"
+    assert by_name["near-break-even-loses"]["best"]["setting"] == "target"
+
+
+@pytest.mark.parametrize("mechanism, scenario", [
+    ("shift detection", "acceptance-collapses-halfway"),
+    ("pause on a clear expected loss", "cpu-lookup-finds-nothing"),
+    ("common cost level (drift with context)", "cpu-context-drift"),
+    ("loop time priced", "cpu-tiny-target-python-bound"),
+    ("probes weigh more while paused", "acceptance-recovers-halfway"),
+])
+def test_each_mechanism_earns_its_place(mechanism, scenario):
+    """Switched off, each mechanism costs its scenario at least 0.5% (the failure it fixes)."""
+    s = next(x for x in sim.load(str(SCENARIOS)) if x.name == scenario)
+    with_it = sim._default_tps(s, 2, Params())
+    without = sim._default_tps(s, 2, sim.params_with(sim.ABLATIONS[mechanism]))
+    assert without < 0.995 * with_it, (with_it, without)
+
+
+def test_the_script_prints_the_contracted_json(tmp_path):
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps([{"name": "gpu", "target_ms": [20, 20.3, 20.6, 20.9, 21.2], "draft_ms": 2,
+                              "accept": [0.8, 0.7, 0.6], "tokens": 128}]))
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate_policy.py"), "--scenarios", str(f),
+                        "--seeds", "1", "--json"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    row = out["scenarios"][0]
+    assert {"name", "default_tps", "best", "default_over_best"} <= set(row)
+    assert set(row["best"]) == {"setting", "tps"} and row["default_over_best"] > 0
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate_policy.py"), "--scenarios",
+                          str(tmp_path / "missing.json")], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
