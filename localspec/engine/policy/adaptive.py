@@ -103,8 +103,7 @@ class AdaptivePolicy:
         return self.state is State.PROBING
 
     @property
-    def k_now(self) -> int:
-        """The draft length in force (0 while paused)."""
+    def k_now(self) -> int:   # the draft length in force (0 while paused)
         return self.k if self.drafting else 0
 
     def next_k(self) -> int:
@@ -114,11 +113,7 @@ class AdaptivePolicy:
             self.state = State.PROBING
         if self.state is State.PROBING:
             return max(self.k, min(self.p.probe_k, self.draft_max))
-        if self.state is State.PAUSED:
-            return 0
-        if self.round and not self._plain_fresh():
-            return 0
-        return self.k
+        return 0 if self.state is State.PAUSED or (self.round and not self._plain_fresh()) else self.k
 
     def _plain_fresh(self) -> bool:
         """Whether the plain step was measured recently enough (see :meth:`_schedule_refresh`)."""
@@ -129,16 +124,14 @@ class AdaptivePolicy:
             return False     # one plain round tells what drafting adds to the loop's own time
         return self.since_plain < self.refresh_every
 
-    def gate(self):
-        """The per-token stop rule of a draft: p_min, else None."""
+    def gate(self):   # the per-token stop rule of a draft: p_min, else None
         p_min = self.p_min
         return (lambda i, top: top >= p_min) if p_min > 0 else None
 
     def plain_step_seconds(self) -> float | None:
         return self.costs.plain()
 
-    def one_decode_seconds(self) -> float | None:
-        """What the drafter's first decode of a round costs with little to catch up."""
+    def one_decode_seconds(self) -> float | None:   # the drafter's first decode, little to catch up
         return self.costs.first.value
 
     @property
@@ -241,8 +234,7 @@ class AdaptivePolicy:
                                                    first + c.loop(True), step, c.loop(False))
         return out
 
-    def speedup(self, k: int, alpha: float | None = None, z: float = 0.0) -> float | None:
-        """Predicted tok/s at draft length k over the plain step's."""
+    def speedup(self, k: int, alpha: float | None = None, z: float = 0.0) -> float | None:   # over a plain step
         return predict.speedups(self.curve(alpha, z)).get(k)
 
     def rate(self, k: int, matched: bool = False) -> float | None:
@@ -365,8 +357,7 @@ class AdaptivePolicy:
             self._pause("from the last run")
 
     @property
-    def reason(self) -> str:
-        """The latest reasoning, in plain words."""
+    def reason(self) -> str:   # the latest reasoning, in plain words
         if self._reason is None:
             self._reason = self._explain(None)
         return self._reason
@@ -397,8 +388,7 @@ class AdaptivePolicy:
         c, (mean, lo, up) = self.costs, self.acc.bounds()
         c1, cd = c.plain(), c.first.value
         exp, hi, cost_only = self.bounds() if c.known else (None, None, None)
-        return {
-            "adaptive": True, "k": self.k_now, "state": self.state.value, "drafting": self.drafting,
+        return {"adaptive": True, "k": self.k_now, "state": self.state.value, "drafting": self.drafting,
             "reason": self.reason, "seeded": self.seeded, "predicted_speedup": self.predicted_speedup,
             "speedup_upper_bound": hi, "speedup_if_all_accepted": cost_only,
             "draft_step_seconds": cd, "draft_next_step_seconds": c.next.value if c.multi else None,
@@ -407,5 +397,4 @@ class AdaptivePolicy:
             "verify_seconds_by_batch": {str(b): v for b, v in c.to_dict()["verify"].items()},
             "round_seconds_beyond_decodes": {"drafting": c.overhead[True].value, "plain": c.overhead[False].value},
             "acceptance": mean, "acceptance_interval": [lo, up], "pauses": self.pauses, "probes": self.probes,
-            "acceptance_shifts": self.acc.shifts, "probe_every_tokens": self.probe_every,
-        }
+            "acceptance_shifts": self.acc.shifts, "probe_every_tokens": self.probe_every}
