@@ -211,6 +211,7 @@ ABLATIONS = {
     "common cost level (drift with context)": {"level_rate": 0.0},
     "per-position acceptance": {"position_prior": 1e9},
     "probes weigh more while paused": {"probe_decay": 0.98},
+    "failed probes back off": {"probe_backoff": 1},
     "margin to move K": {"move_margin": 0.0},
     "loop time priced": {"measure_loop": False},
     "monotone verify costs": {"monotone": False},

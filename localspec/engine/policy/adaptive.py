@@ -73,6 +73,7 @@ class AdaptivePolicy:
         self.since_probe = 0          # tokens since the last probe (while paused)
         self.probe_every = params.probe_min
         self.refresh_every = params.refresh_min
+        self.backoff = 1              # failed probes in a row widen the gap by this
         self.t_last: float | None = None
         self.pauses = self.probes = 0
         self.predicted_speedup = 1.0
@@ -293,11 +294,12 @@ class AdaptivePolicy:
             return None
         self.predicted_speedup = s_best
         if s_best > 1.0 or not self.can_pause:
-            self.state, self.k, self.since_resume = State.DRAFTING, k_best, 0
+            self.state, self.k, self.since_resume, self.backoff = State.DRAFTING, k_best, 0, 1
             self.acc.thin()
             self._cache = {}
             self._reason = None
             return self.reason
+        self.backoff = min(self.backoff * 2, self.p.probe_backoff, max(self.tokens // self.p.probe_min, 1))
         return self._pause(None, quiet=True)
 
     def _schedule_refresh(self, s_best: float) -> None:
@@ -322,7 +324,7 @@ class AdaptivePolicy:
         self.state = State.PAUSED
         self.since_probe = 0
         if every is None:
-            every = self._probe_gap(max(self.k, min(self.p.probe_k, self.draft_max)))
+            every = self._probe_gap(max(self.k, min(self.p.probe_k, self.draft_max))) * self.backoff
         self.probe_every = int(min(max(every, self.p.probe_min), self.p.probe_max))
         if was is not State.PROBING:
             self.pauses += 1
