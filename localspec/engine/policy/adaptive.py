@@ -135,14 +135,9 @@ class AdaptivePolicy:
     def one_decode_seconds(self) -> float | None:   # the drafter's first decode, little to catch up
         return self.costs.first.value
 
-    @property
-    def round_extra(self) -> float:
-        return self.costs.round_extra
-
-    @round_extra.setter
-    def round_extra(self, seconds: float) -> None:
-        self.costs.round_extra = seconds
-        self._cache = {}
+    # Seconds every drafting round costs beyond its decodes (a chain's catch-up), set by the chain.
+    round_extra = property(lambda self: self.costs.round_extra,
+                           lambda self, s: (setattr(self.costs, "round_extra", s), self._cache.clear()))
 
     def opening_note(self) -> str | None:
         note, self._note = self._note, None
