@@ -228,7 +228,6 @@ def test_api_key(tiny_target):
     ({"prompt": ["a", "b"]}, 400, "prompt", "one prompt"),
     ({"prompt": 5}, 400, "prompt", "string or a list of token ids"),
     ({"prompt": [1, 10**9]}, 400, "prompt", "token ids must be in"),
-    ({"prompt": "hi", "model": "gpt-9"}, 404, "model", "not served here"),
     ({"prompt": "the quick brown fox " * 200}, 400, "prompt", r"the prompt is \d+ tokens but the context holds 512"),
 ])
 def test_bad_completion_requests(tiny, body, status, param, match):
@@ -252,8 +251,6 @@ def test_bad_requests_of_other_kinds(tiny):
     assert head.startswith(b"HTTP/1.1 413") and b"the limit is" in rest
     assert_error(*request(tiny, "GET", "/v1/nothing")[::2], 404, match="Not Found")
     assert_error(*request(tiny, "GET", "/v1/chat/completions")[::2], 405)
-    with pytest.raises(openai.NotFoundError):
-        client(tiny).chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(openai.BadRequestError, match="context holds 512"):
         client(tiny).chat.completions.create(model="tiny", messages=[{"role": "user", "content": "fox " * 600}],
                                              stream=True)
