@@ -129,6 +129,7 @@ def test_adaptive_policy_treats_mtp_like_any_drafter(models):
         assert any(st.drafted for st in steps)
 
 
+@pytest.mark.slow
 def test_lossless_sampling_with_mtp(zoo):
     t = zoo.get(qwen35_spec(mtp=True, scale=0.35, mtp_noise=0.3), "q35-mtp-flat.gguf")
     cfg = SamplingConfig(temperature=1.0, top_k=8)

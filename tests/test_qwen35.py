@@ -91,6 +91,7 @@ def test_adaptive_policy_on_qwen35(models):
         compare(e, PROMPTS[1], 60)
 
 
+@pytest.mark.slow
 def test_lossless_sampling_qwen35_pair(zoo):
     t = zoo.get(qwen35_spec(scale=0.35), "q35-flat.gguf")
     d = zoo.get(qwen35_spec(scale=0.35, noise=0.3), "q35-flat-d.gguf")
