@@ -195,14 +195,14 @@ def test_short_hard_start_is_probed_soon():
     """Early in a generation probes come soon: a hard first stretch does not cost the answer."""
     p = AdaptivePolicy(1, 8)
     log = []
-    simulate(p, target_step=0.030, draft_step=0.0015, per_token_verify=0.05, rounds=120, log=log,
+    simulate(p, target_step=0.030, draft_step=0.0015, per_token_verify=0.05, rounds=200, log=log,
              accept=lambda tokens: 0.0 if tokens < 30 else 0.9)
     tokens, resumed_at = 0, None
     for k, _, emitted, probe in log:
         if tokens >= 30 and k > 0 and not probe and resumed_at is None:
             resumed_at = tokens
         tokens += emitted
-    assert resumed_at is not None and resumed_at <= 120, resumed_at
+    assert resumed_at is not None and resumed_at <= 160, resumed_at
 
 
 def test_lookups_the_target_keeps_rejecting_are_not_probed_early():

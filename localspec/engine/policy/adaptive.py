@@ -73,7 +73,7 @@ class AdaptivePolicy:
         self.since_probe = 0          # tokens since the last probe (while paused)
         self.probe_every = params.probe_min
         self.refresh_every = params.refresh_min
-        self.backoff = 1              # failed probes in a row widen the gap by this
+        self.backoff, self.failed = 1, 0   # failed probes in a row widen the gap by this
         self.t_last: float | None = None
         self.pauses = self.probes = 0
         self.predicted_speedup = 1.0
@@ -289,12 +289,13 @@ class AdaptivePolicy:
             return None
         self.predicted_speedup = s_best
         if s_best > 1.0 or not self.can_pause:
-            self.state, self.k, self.since_resume, self.backoff = State.DRAFTING, k_best, 0, 1
+            self.state, self.k, self.since_resume, self.backoff, self.failed = State.DRAFTING, k_best, 0, 1, 0
             self.acc.thin()
             self._cache = {}
             self._reason = None
             return self.reason
-        self.backoff = min(self.backoff * 2, self.p.probe_backoff, max(self.tokens // self.p.probe_min, 1))
+        self.failed += 1      # the second failed probe in a row on widens the gap
+        self.backoff = min(2 ** (self.failed - 1), self.p.probe_backoff, max(self.tokens // self.p.probe_min, 1))
         return self._pause(None, quiet=True)
 
     def _schedule_refresh(self, s_best: float) -> None:
