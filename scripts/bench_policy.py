@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # process on the machine can replace a file this one has mapped.
 os.environ.setdefault("LOCALSPEC_HOME", str(ROOT / ".cache" / "bench_policy" / "home"))
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))   # tiny_gguf: the generated pairs
+sys.path.insert(0, str(ROOT / "tests"))   # tiny: the generated pairs
 
 from localspec.bench.sweep import PROMPTS  # noqa: E402
 from localspec.chat.comparison import NEAR_TIE, gap_where_they_part  # noqa: E402
@@ -56,7 +56,8 @@ GOAL = 0.97     # the default against the best of the target alone and fixed K (
 def generated_pair(root: Path, which: str) -> tuple[str, str]:
     """The cost pair of tests/conftest.py (``cost_pairs``): both predict sigma(last token);
     'big' is ~100x dearer per step than 'small'."""
-    from tiny_gguf import TinySpec, write_tiny_model
+    from tiny import TinySpec
+    from tiny import write_model as write_tiny_model
 
     def made(name: str, spec: TinySpec) -> Path:
         path = root / name
