@@ -95,6 +95,7 @@ class Engine:
                                   device_sampling=config.device_sampling)
         self.draft_model = None
         self.draft_ctx = None
+        self._draft_size_ratio: float | None = None   # the draft's weights over the target's
         self._generators: dict[DrafterKind, Generator] = {DrafterKind.NONE: Generator(self.target_ctx)}
         if config.draft:
             gl = config.gpu_layers_draft if config.gpu_layers_draft is not None else config.gpu_layers
@@ -104,6 +105,7 @@ class Engine:
                                      device_sampling=config.device_sampling)
             self._read_alongside = (config.read_alongside if config.read_alongside is not None
                                     else self._spare_cores(threads))
+            self._draft_size_ratio = self._size_ratio()
             self._generators[DrafterKind.MODEL] = Generator(
                 self.target_ctx, ModelDrafter(self.draft_ctx, n_vocab_target=self.target_model.n_vocab),
                 read_alongside=self._read_alongside)
@@ -164,7 +166,8 @@ class Engine:
         with self._lock:
             if self.mtp_ctx is not None:   # the head follows the target's decodes only while it drafts
                 self._generators[DrafterKind.MTP].drafter.attach(spec.drafter is DrafterKind.MTP)
-            policy = policy_for(spec, self._learned(spec) if spec.adaptive and spec.speculative else None)
+            policy = policy_for(spec, self._learned(spec) if spec.adaptive and spec.speculative else None,
+                                self._draft_size_ratio)
             if isinstance(gen.drafter, ChainDrafter):
                 gen.drafter.follow(policy if isinstance(policy, ChainPolicy) else None)
             try:
@@ -208,6 +211,14 @@ class Engine:
         both models on the CPU, and both contexts' threads fit on the physical cores."""
         both_cpu = self.target_model.info.gpu_layers == 0 and self.draft_model.info.gpu_layers == 0
         return both_cpu and 2 * threads <= default_threads()
+
+    def _size_ratio(self) -> float | None:
+        """The draft model's weights over the target's when both run on the same device (all
+        layers on the GPU, or none): what a decode reads, so a floor on the draft's relative
+        cost before anything is measured. None otherwise."""
+        t, d = self.target_model.info, self.draft_model.info
+        same = (t.gpu_layers == 0 and d.gpu_layers == 0) or (t.gpu_layers == t.n_layer and d.gpu_layers == d.n_layer)
+        return d.size_bytes / t.size_bytes if same and t.size_bytes > 0 else None
 
     def logit_gap(self, tokens: list[int], a: int, b: int) -> float:
         """The target's logit of token ``a`` minus that of ``b`` after ``tokens``: where two

@@ -19,12 +19,13 @@ __all__ = ["AdaptivePolicy", "ChainPolicy", "FixedPolicy", "Policy", "Params", "
            "LOOKUP", "MODEL", "CATCHUP", "QUIET_ALWAYS", "policy_for"]
 
 
-def policy_for(spec: RunSpec, learned: dict | None = None) -> Policy:
+def policy_for(spec: RunSpec, learned: dict | None = None, size_ratio: float | None = None) -> Policy:
     """The drafting policy for one generation of ``spec``.
 
     Args:
         spec: a validated RunSpec.
         learned: what an earlier generation's adaptive policy learned (:meth:`Policy.learned`).
+        size_ratio: the draft model's weights over the target's on one device (see AdaptivePolicy).
     Returns:
         A FixedPolicy (target alone, or a fixed K), a ChainPolicy or an AdaptivePolicy.
     """
@@ -33,5 +34,7 @@ def policy_for(spec: RunSpec, learned: dict | None = None) -> Policy:
     if not spec.adaptive:
         return FixedPolicy(spec.draft_max, spec.p_min)
     if spec.drafter is DrafterKind.NGRAM_MODEL:
-        return ChainPolicy.build(spec.draft_min, spec.draft_max, spec.p_min, spec.can_pause, learned)
-    return AdaptivePolicy(spec.draft_min, spec.draft_max, spec.p_min, can_pause=spec.can_pause, learned=learned)
+        return ChainPolicy.build(spec.draft_min, spec.draft_max, spec.p_min, spec.can_pause, learned,
+                                 size_ratio=size_ratio)
+    return AdaptivePolicy(spec.draft_min, spec.draft_max, spec.p_min, can_pause=spec.can_pause, learned=learned,
+                          size_ratio=size_ratio if spec.drafter is DrafterKind.MODEL else None)

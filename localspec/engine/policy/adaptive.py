@@ -41,6 +41,8 @@ class AdaptivePolicy:
         can_pause: whether drafting may pause; probe_budget: the share of time probes may cost.
         learned: what an earlier generation learned (:meth:`learned`); anything else is ignored.
         params: the tunables; clock: seconds (a simulator injects its own).
+        size_ratio: the draft's weights over the target's on one device: >= 1 with the draft's
+            cost unknown starts paused (it cannot decode faster; its prompt is then not read).
     Raises:
         BadInput: draft lengths out of range.
     """
@@ -50,7 +52,8 @@ class AdaptivePolicy:
 
     def __init__(self, draft_min: int = 1, draft_max: int = 8, p_min: float | None = None,
                  can_pause: bool = True, probe_budget: float | None = None, learned: dict | None = None,
-                 params: Params = DEFAULT, clock: Callable[[], float] = time.perf_counter):
+                 params: Params = DEFAULT, clock: Callable[[], float] = time.perf_counter,
+                 size_ratio: float | None = None):
         if draft_min < 1 or draft_max < 1:
             raise BadInput("draft lengths must be >= 1")
         if draft_min > draft_max:
@@ -88,9 +91,12 @@ class AdaptivePolicy:
                 self.k = self._on_ladder(int(learned.get("k", self.k)))
                 self.seeded = True
             except (KeyError, TypeError, ValueError, AttributeError):
-                self.__init__(draft_min, draft_max, p_min, can_pause, probe_budget, None, params, clock)
+                self.__init__(draft_min, draft_max, p_min, can_pause, probe_budget, None, params, clock, size_ratio)
                 return
             self._start_seeded(learned.get("drafting") is False)
+        if self.drafting and can_pause and self.costs.first.value is None and (size_ratio or 0.0) >= 1.0:
+            self._pause(f"the draft's weights are {size_ratio:.1f}x the target's: drafting cannot pay",
+                        every=int(min(params.probe_min * size_ratio, params.probe_max)))
 
     def _on_ladder(self, k: int) -> int:
         return min(self.ladder, key=lambda x: (abs(x - k), x))

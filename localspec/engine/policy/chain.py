@@ -45,14 +45,15 @@ class ChainPolicy:
 
     @classmethod
     def build(cls, draft_min: int, draft_max: int, p_min: float | None, can_pause: bool,
-              learned: dict | None = None, params: Params = DEFAULT, **kw) -> ChainPolicy:
+              learned: dict | None = None, params: Params = DEFAULT, size_ratio: float | None = None,
+              **kw) -> ChainPolicy:
         """A chain seeded from ``learned`` (:meth:`learned`, or the lone drafters' states
         under the same keys)."""
         learned = learned or {}
         chain = cls(AdaptivePolicy(draft_min, draft_max, None, can_pause, learned=learned.get(LOOKUP),
                                    params=params, **kw),
                     AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(MODEL),
-                                   params=params, **kw))
+                                   params=params, size_ratio=size_ratio, **kw))
         catchup = learned.get(CATCHUP)
         if isinstance(catchup, (int, float)) and catchup >= 0:
             chain._catchup = chain.model.round_extra = float(catchup)
