@@ -18,7 +18,7 @@ class Samples:
     """Recent samples of one cost (``window`` of them): a robust mean and its relative error;
     ``prior`` (an earlier generation's value) stands in until a sample arrives."""
 
-    __slots__ = ("xs", "n", "prior", "_sorted", "_kept")
+    __slots__ = ("xs", "n", "prior", "_sorted", "_kept", "_stats")
 
     def __init__(self, window: int, prior: float | None = None):
         self.xs: deque[float] = deque(maxlen=window)
@@ -26,6 +26,7 @@ class Samples:
         self.prior = prior
         self._sorted: list[float] = []
         self._kept: list[float] | None = None
+        self._stats: tuple[float | None, float] | None = None   # (mean of kept, rel_se), until the next add
 
     def add(self, x: float) -> None:
         x = max(x, 0.0)
@@ -34,7 +35,7 @@ class Samples:
         self.xs.append(x)
         insort(self._sorted, x)
         self.n += 1
-        self._kept = None
+        self._kept = self._stats = None
 
     def kept(self) -> list[float]:
         """The samples the mean is over: not the very first (maybe a graph being built) while
@@ -48,20 +49,26 @@ class Samples:
             self._kept = xs[q:len(xs) - q] if q else xs
         return self._kept
 
+    def _mean_and_error(self) -> tuple[float | None, float]:
+        if self._stats is None:
+            xs = self.kept()
+            m = sum(xs) / len(xs) if xs else None
+            rse = 0.5
+            if len(xs) >= 2:
+                var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+                rse = math.sqrt(var / len(xs)) / m if m > 0 else 0.0
+            self._stats = (m, rse)
+        return self._stats
+
     @property
     def value(self) -> float | None:
-        xs = self.kept()
-        return sum(xs) / len(xs) if xs else self.prior
+        m = self._mean_and_error()[0]
+        return self.prior if m is None else m
 
     @property
     def rel_se(self) -> float:
         """Relative standard error of ``value``; 0.5 (little is known) below two samples."""
-        xs = self.kept()
-        if len(xs) < 2:
-            return 0.5
-        m = sum(xs) / len(xs)
-        var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
-        return math.sqrt(var / len(xs)) / m if m > 0 else 0.0
+        return self._mean_and_error()[1]
 
 
 def monotone(points: list[tuple[int, float, float]]) -> list[tuple[int, float]]:
@@ -130,6 +137,7 @@ class CostModel:
         self.round_extra = 0.0                     # every drafting round's extra (a chain's catch-up)
         self.noise_prior: float | None = None
         self._tables: dict[float, list[float]] = {}
+        self._noise: float | None = None
 
     def add_verify(self, batch: int, seconds: float) -> None:
         """One target decode of ``batch`` tokens took ``seconds``."""
@@ -140,7 +148,7 @@ class CostModel:
             ratio = seconds / (s.value * self.level)
             self.level *= min(max(ratio, 0.5), 2.0) ** self.p.level_rate
         s.add(seconds / self.level)
-        self._tables = {}
+        self._tables, self._noise = {}, None
 
     def add_draft(self, steps: int, seconds: float, first_seconds: float, first_tokens: int) -> None:
         """A round's draft: ``steps`` decodes in ``seconds``, the first of ``first_tokens``."""
@@ -186,10 +194,13 @@ class CostModel:
 
     def noise(self) -> float:
         """The relative error of one sample of the best-sampled target cost (the machine's noise)."""
-        best = max(self.verify.values(), key=lambda s: len(s.xs), default=None)
-        if best is not None and len(best.kept()) >= 3:
-            return best.rel_se * math.sqrt(len(best.kept()))
-        return self.p.noise if self.noise_prior is None else self.noise_prior
+        if self._noise is None:
+            best = max(self.verify.values(), key=lambda s: len(s.xs), default=None)
+            if best is not None and len(best.kept()) >= 3:
+                self._noise = best.rel_se * math.sqrt(len(best.kept()))
+            else:
+                self._noise = self.p.noise if self.noise_prior is None else self.noise_prior
+        return self._noise
 
     def table(self, z: float = 0.0) -> list[float]:
         """Target seconds by batch size 1..top+1 (index 0 unused; [] until one is known); with
@@ -244,7 +255,7 @@ class CostModel:
         self.multi = bool(d.get("multi"))
         noise = d.get("noise")
         if isinstance(noise, (int, float)) and 0.0 <= noise < 0.5:
-            self.noise_prior = float(noise)
+            self.noise_prior, self._noise = float(noise), None
         loop = d.get("loop") or [None, None]
         for key, v in zip((True, False), loop):
             if isinstance(v, (int, float)) and 0.0 <= v < 1.0:
