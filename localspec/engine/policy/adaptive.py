@@ -284,10 +284,12 @@ class AdaptivePolicy:
             n = self.since_resume
             # A clear expected loss over enough fresh rounds (a lookup that finds nothing can
             # never be proven to lose: its next match might be all accepted) ...
-            pause = n >= p.expected_rounds and s_best < 1.0 - p.expected_loss
-            if s_best < 1.0 and not pause:     # ... or even the optimistic reading loses
+            pause = False
+            if s_best < 1.0:     # (the optimistic reading is never below the expected one)
                 _, hi, cost_only = self.bounds()
-                pause = hi < 1.0 and (n >= p.min_rounds or (cost_only < 1.0 and len(self.costs.first.kept()) >= 2))
+                # ... (unless a noisy spell could explain it) or even the optimistic reading loses
+                pause = ((n >= p.expected_rounds and s_best < 1.0 - p.expected_loss and hi < 1.0 + p.expected_loss)
+                         or hi < 1.0 and (n >= p.min_rounds or (cost_only < 1.0 and len(self.costs.first.kept()) >= 2)))
             if pause and self.can_pause:
                 self.k = k_best
                 return self._pause(None)
