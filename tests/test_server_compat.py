@@ -6,51 +6,13 @@ is tested (headers, preflights, llama-server's routes)."""
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import json
 
 import openai
 import pytest
-
-from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
-from localspec.server import Server, ServerOptions
+from test_server import client, request, serving  # one server harness for both files
 
 PROMPT = "The quick brown fox"
-
-
-@contextlib.contextmanager
-def serving(target, draft=None, *, drafter="model", n_ctx=512, model_id="tiny", **options):
-    """A server on a free port in this process; its engine starts from nothing learned and its
-    draft reads prompts in line (as in test_server.py)."""
-    kind = DrafterKind(drafter)
-    engine = Engine(EngineConfig(target=str(target), draft=str(draft) if kind is DrafterKind.MODEL else None,
-                                 n_ctx=n_ctx, threads=1, remember=False, read_alongside=False))
-    try:
-        server = Server(engine, RunSpec(drafter=kind), ServerOptions(port=0, model_id=model_id, log_level="warning",
-                                                                      access_log=False, **options))
-        with server:
-            yield server
-    finally:
-        engine.close()
-
-
-def client(server, key="none") -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0)
-
-
-def request(server, method, path, body=None, headers=None):
-    """(status, headers, parsed JSON or text) over plain HTTP."""
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    data = json.dumps(body).encode() if body is not None else None
-    conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
-    resp = conn.getresponse()
-    text = resp.read().decode()
-    conn.close()
-    try:
-        return resp.status, resp.headers, json.loads(text)
-    except json.JSONDecodeError:
-        return resp.status, resp.headers, text
 
 
 def events(text: str) -> list:
