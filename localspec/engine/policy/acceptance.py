@@ -40,7 +40,8 @@ class AcceptanceModel:
         self.scale = 1.0
         self.shift: deque[tuple[float, float]] = deque(maxlen=params.shift_rounds)
         self.shifts = 0
-        self.version = 0          # changes with every judgement (predictions are cached on it)
+        self.version = 0          # changes with every change of the evidence (rates are cached on it)
+        self._rates: tuple = (None, None)
 
     @property
     def mean(self) -> float:
@@ -52,13 +53,18 @@ class AcceptanceModel:
     def rates(self, alpha: float | None = None) -> tuple[list[float], list[float]]:
         """(cont, acc) per position i >= 1: P(the draft goes on to i | it drafted i-1) and
         P(i accepted | drafted, all before accepted); ``alpha`` replaces every acceptance."""
+        key = (self.version, alpha)
+        if self._rates[0] == key:
+            return self._rates[1]
         sc, prior = self.scale, self.p.position_prior
         cont = [(m * sc + 1.0) / (t * sc + 1.0) for m, t in zip(self.made, self.tried)]
         if alpha is not None:
-            return cont, [alpha] * len(cont)
-        acc, last = [0.0] * len(cont), self.mean   # each position pulled towards the one before it
-        for i in range(1, len(cont)):
-            last = acc[i] = (self.accepted[i] * sc + prior * last) / (self.judged[i] * sc + prior)
+            acc = [alpha] * len(cont)
+        else:
+            acc, last = [0.0] * len(cont), self.mean   # each position pulled towards the one before it
+            for i in range(1, len(cont)):
+                last = acc[i] = (self.accepted[i] * sc + prior * last) / (self.judged[i] * sc + prior)
+        self._rates = (key, (cont, acc))
         return cont, acc
 
     def judge(self, k: int, drafted: int, accepted: int, probe: bool = False) -> None:
@@ -138,3 +144,4 @@ class AcceptanceModel:
         for own, a in zip((self.tried, self.made, self.judged, self.accepted), arrays):
             own[:len(a)] = [x * g for x in a]
         self.scale = 1.0
+        self.version += 1

@@ -289,7 +289,7 @@ class AdaptivePolicy:
                 _, hi, cost_only = self.bounds()
                 # ... (unless a noisy spell could explain it) or even the optimistic reading loses
                 pause = ((n >= p.expected_rounds and s_best < 1.0 - p.expected_loss and hi < 1.0 + p.expected_loss)
-                         or hi < 1.0 and (n >= p.min_rounds or (cost_only < 1.0 and len(self.costs.first.kept()) >= 2)))
+                         or hi < 1.0 and (n >= p.min_rounds or (cost_only < 1.0 and self.costs.first.n_kept >= 2)))
             if pause and self.can_pause:
                 self.k = k_best
                 return self._pause(None)

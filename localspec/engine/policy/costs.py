@@ -15,60 +15,50 @@ from .params import Params
 
 
 class Samples:
-    """Recent samples of one cost (``window`` of them): a robust mean and its relative error;
-    ``prior`` (an earlier generation's value) stands in until a sample arrives."""
+    """Recent samples of one cost (``window`` of them): a robust mean and its relative error,
+    worked out once per sample (they are read many times a round); ``prior`` (an earlier
+    generation's value) stands in until a sample arrives.
 
-    __slots__ = ("xs", "n", "prior", "_sorted", "_kept", "_stats")
+    Attributes:
+        n: samples ever added; n_kept: how many the mean is over (see :meth:`add`).
+        rel_se: the mean's relative standard error; 0.5 (little is known) below two kept.
+    """
+
+    __slots__ = ("xs", "n", "prior", "_sorted", "mean", "rel_se", "n_kept")
 
     def __init__(self, window: int, prior: float | None = None):
         self.xs: deque[float] = deque(maxlen=window)
-        self.n = 0
+        self.n = self.n_kept = 0
         self.prior = prior
         self._sorted: list[float] = []
-        self._kept: list[float] | None = None
-        self._stats: tuple[float | None, float] | None = None   # (mean of kept, rel_se), until the next add
+        self.mean: float | None = None
+        self.rel_se = 0.5
 
     def add(self, x: float) -> None:
+        """One sample. The mean leaves out the very first (maybe a graph being built) while it
+        is in the window and not alone, and the outer quarters (a busy machine's spikes)."""
         x = max(x, 0.0)
         if len(self.xs) == self.xs.maxlen:
             del self._sorted[bisect_left(self._sorted, self.xs[0])]
         self.xs.append(x)
         insort(self._sorted, x)
         self.n += 1
-        self._kept = self._stats = None
-
-    def kept(self) -> list[float]:
-        """The samples the mean is over: not the very first (maybe a graph being built) while
-        it is in the window and not alone, nor the outer quarters (a busy machine's spikes)."""
-        if self._kept is None:
-            xs = self._sorted
-            if self.n == len(self.xs) >= 2:
-                xs = xs.copy()
-                del xs[bisect_left(xs, self.xs[0])]
-            q = len(xs) // 4
-            self._kept = xs[q:len(xs) - q] if q else xs
-        return self._kept
-
-    def _mean_and_error(self) -> tuple[float | None, float]:
-        if self._stats is None:
-            xs = self.kept()
-            m = sum(xs) / len(xs) if xs else None
-            rse = 0.5
-            if len(xs) >= 2:
-                var = sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
-                rse = math.sqrt(var / len(xs)) / m if m > 0 else 0.0
-            self._stats = (m, rse)
-        return self._stats
+        xs = self._sorted
+        if self.n == len(self.xs) >= 2:
+            xs = xs.copy()
+            del xs[bisect_left(xs, self.xs[0])]
+        q = len(xs) // 4
+        kept = xs[q:len(xs) - q] if q else xs
+        n = self.n_kept = len(kept)
+        m = self.mean = sum(kept) / n
+        self.rel_se = 0.5
+        if n >= 2:
+            var = sum((v - m) ** 2 for v in kept) / (n - 1)
+            self.rel_se = math.sqrt(var / n) / m if m > 0 else 0.0
 
     @property
     def value(self) -> float | None:
-        m = self._mean_and_error()[0]
-        return self.prior if m is None else m
-
-    @property
-    def rel_se(self) -> float:
-        """Relative standard error of ``value``; 0.5 (little is known) below two samples."""
-        return self._mean_and_error()[1]
+        return self.prior if self.mean is None else self.mean
 
 
 def monotone(points: list[tuple[int, float, float]]) -> list[tuple[int, float]]:
@@ -189,15 +179,15 @@ class CostModel:
     def error(self, s: Samples | None) -> float:
         """A cost's relative standard error: its own samples', never below the machine's
         noise over as many samples (a few samples can agree by chance)."""
-        n = 0 if s is None or not s.n else len(s.kept())
+        n = 0 if s is None else s.n_kept
         return self.noise() / math.sqrt(max(n, 1)) if n < 3 else max(s.rel_se, self.noise() / math.sqrt(n))
 
     def noise(self) -> float:
         """The relative error of one sample of the best-sampled target cost (the machine's noise)."""
         if self._noise is None:
             best = max(self.verify.values(), key=lambda s: len(s.xs), default=None)
-            if best is not None and len(best.kept()) >= 3:
-                self._noise = best.rel_se * math.sqrt(len(best.kept()))
+            if best is not None and best.n_kept >= 3:
+                self._noise = best.rel_se * math.sqrt(best.n_kept)
             else:
                 self._noise = self.p.noise if self.noise_prior is None else self.noise_prior
         return self._noise
@@ -209,7 +199,7 @@ class CostModel:
         out = self._tables.get(z)
         if out is None:
             pts = sorted((b, s.value * self._moved(s) * (self._end(s, z, b > 1) if z else 1.0),
-                          max(len(s.kept()), 1)) for b, s in self.verify.items() if s.value is not None)
+                          max(s.n_kept, 1)) for b, s in self.verify.items() if s.value is not None)
             fit = monotone(pts) if self.p.monotone else [(b, t) for b, t, _ in pts]
             if fit and fit[0][0] == 1:   # one decode of b tokens costs no more than b plain steps
                 fit = [(b, min(t, b * fit[0][1])) for b, t in fit]
