@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 
 from ..errors import BadInput
-from .sampling import SamplingConfig
+from .sampling_config import SamplingConfig
 
 
 class DrafterKind(str, Enum):
