@@ -22,6 +22,8 @@ from .adaptive import AdaptivePolicy
 from .params import DEFAULT, Params
 
 SMALL, LARGE = "small", "large"     # the drafts' names, as Step.source carries them
+USE = "in_use"                       # learned: the draft in use when the answer ended
+_CATCHUP_MAX = 64                    # tokens a draft re-reads at most on coming back (ModelDrafter's)
 _LABEL = {SMALL: "small draft", LARGE: "large draft"}
 
 
@@ -38,18 +40,21 @@ class PairPolicy:
     """Routes each round to the small or the large draft.
 
     Args:
-        small, large: the two drafts' policies; params: the tunables.
+        small, large: the two drafts' policies; params: the tunables; use: the draft to start
+            with (the one in use when the last answer ended), else the small one.
     """
 
     adaptive = True
     may_draft = True
 
-    def __init__(self, small: AdaptivePolicy, large: AdaptivePolicy, params: Params = DEFAULT):
+    def __init__(self, small: AdaptivePolicy, large: AdaptivePolicy, params: Params = DEFAULT,
+                 use: str | None = None):
         self.policies = {SMALL: small, LARGE: large}
         self.p = params
         self.use = SMALL               # the draft routed to, round after round
         self.route = SMALL             # this round's draft (a try routes to the other)
         self.trying = False
+        self.try_left = 0              # rounds of the try under way still to go
         self.probe = False
         self.ks = {SMALL: 0, LARGE: 0}
         self.idle = 0                  # rounds since the idle draft last drafted
@@ -58,12 +63,11 @@ class PairPolicy:
         self._asked = {SMALL: True, LARGE: True}
         self._probe = {SMALL: False, LARGE: False}
         self._shifts = 0
+        self.idle_tokens = 0             # tokens since the idle draft last drafted
+        self._catchup: dict[str, float] = {}   # seconds per token a draft's catch-up costs
         self._note: str | None = None
-        rates = {n: best_rate(p) for n, p in self.policies.items()}
-        if rates[SMALL] is not None and rates[LARGE] is not None and rates[LARGE] > rates[SMALL]:
-            self.use = self.route = LARGE
-        if not small.drafting and large.drafting:
-            self.use = self.route = LARGE
+        if (use in self.policies and self.policies[use].drafting) or (not small.drafting and large.drafting):
+            self.use = self.route = use if use in self.policies else LARGE
 
     @classmethod
     def build(cls, draft_min: int, draft_max: int, p_min: float | None, can_pause: bool,
@@ -75,7 +79,7 @@ class PairPolicy:
         ratios = size_ratios or (None, None)
         return cls(*(AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(name),
                                     params=params, size_ratio=ratio, **kw)
-                     for name, ratio in zip((SMALL, LARGE), ratios)), params=params)
+                     for name, ratio in zip((SMALL, LARGE), ratios)), params=params, use=learned.get(USE))
 
     @property
     def small(self) -> AdaptivePolicy:
@@ -117,50 +121,79 @@ class PairPolicy:
             self._probe[name] = self._asked[name] and pol.probe
         self.trying = self.probe = False
         use, idle = self.use, self.idle_name
+        mine, other = self.policies[use], self.policies[idle]
         if self._probe[use] or self._probe[idle]:
             self.route = use if self._probe[use] else idle       # a paused draft's probe
             self.probe = True
-        elif not self.ks[use]:
-            self.route = idle                                    # the draft in use is paused
-        elif not self.ks[idle]:
-            self.route = use
+        elif not mine.drafting:
+            self.route = idle if other.drafting else use         # the draft in use is paused
+        elif not self.ks[use] or not other.drafting:
+            self.route = use                                     # (a plain step it asked for)
+            self.try_left = 0
+        elif self.try_left:
+            self.route, self.trying = idle, True                 # a try goes on
         else:
             self.route = self._choose(use, idle)
         k = self.ks[self.route]
-        if self.trying:
-            k = max(k, min(self.p.probe_k, self.policies[self.route].draft_max))
-            self.ks[self.route] = k
+        if self.route == idle and not self.probe:
+            k = k or other.k_now     # the plain steps it would ask for are the ones the other measures
+            if self.trying:
+                k = max(k, min(self.p.probe_k, other.draft_max))
+            self.ks[idle] = k
         return k
 
     def _choose(self, use: str, idle: str) -> str:
         """The draft in use, unless the idle one is expected clearly faster (switch), or its
-        thinned evidence could make it so and its try is due (one round)."""
+        thinned evidence could make it so and a try is due (one round). A try is due after
+        ``gap`` rounds for an idle draft no dearer a token than the one in use; a dearer one
+        only when it was never measured or the text changed under the draft in use (its
+        acceptance shifted): on steady text the cheaper draft's own acceptance says when
+        it fails."""
         p = self.p
         mine, other = self.policies[use], self.policies[idle]
-        r_use, r_idle = best_rate(mine), best_rate(other)
+        r_use = best_rate(mine)
         if r_use is None:
             return use                            # still measuring the draft in use
+        r_idle = self._rate_after_catchup(idle)
         if r_idle is not None and r_idle > r_use * (1.0 + p.route_margin):
             self._switch(f"the {_LABEL[idle]} is expected faster ({r_idle:.0f} vs {r_use:.0f} tok/s)")
             return idle
         if self.idle < self.gap:
             return use
-        if r_idle is not None:
-            a = other.acc
-            w = (a.succ + a.fail) * 0.5 ** (self.idle / p.route_rounds)
-            w = max(w, p.route_prior)
-            hi = beta_bounds(a.mean * w, (1.0 - a.mean) * w, p.z)[2]
-            optimistic = best_rate(other, hi)
+        if other.costs.known:
+            optimistic = self._rate_after_catchup(idle, self._idle_upper(other))
             if optimistic is None or optimistic <= r_use * (1.0 + p.route_margin):
                 return use
         self.trying = True
+        self.try_left = p.route_try
         self.tries += 1
         other.acc.thin(p.route_prior)              # its stale evidence yields to the try
         return idle
 
+    def _idle_upper(self, pol: AdaptivePolicy) -> float:
+        """The idle draft's acceptance at its upper bound, its evidence halved every
+        ``route_rounds`` rounds it did not draft (down to ``route_prior`` tokens)."""
+        p, a = self.p, pol.acc
+        w = max((a.succ + a.fail) * 0.5 ** (self.idle / p.route_rounds), p.route_prior)
+        return beta_bounds(a.mean * w + 1.0, (1.0 - a.mean) * w + 1.0, p.z)[2]
+
+    def _rate_after_catchup(self, name: str, alpha: float | None = None) -> float | None:
+        """The idle draft's expected tokens per second over ``route_rounds`` rounds, its
+        catch-up on the tokens it missed (as measured on its last switch) included."""
+        pol = self.policies[name]
+        if not pol.costs.known:
+            return None
+        curve = [v for k, v in pol.curve(alpha).items() if k > 0 and v[1] > 0]
+        if not curve:
+            return None
+        tokens, seconds = max(curve, key=lambda v: v[0] / v[1])
+        n = self.p.route_rounds
+        catchup = self._catchup.get(name, 0.0) * min(self.idle_tokens, _CATCHUP_MAX)
+        return n * tokens / (n * seconds + catchup)
+
     def _switch(self, why: str) -> None:
         self.use = self.idle_name
-        self.idle = 0
+        self.idle = self.idle_tokens = 0
         self.gap = self.p.route_rounds
         self.switches += 1
         self._note = why
@@ -184,20 +217,31 @@ class PairPolicy:
                 note = pol.observe_other(step)
             else:
                 k = self.ks[name]
-                fit = step.k <= k and step.probe == self._probe[name]
-                note = pol.observe(step if fit else replace(step, k=min(step.k, k), probe=self._probe[name]))
+                own = step
+                if not (step.k <= k and step.probe == self._probe[name]):
+                    own = replace(own, k=min(step.k, k), probe=self._probe[name])
+                if step.sync_tokens > self.p.short_sync and step.draft_steps > 1:
+                    # A catch-up on the rounds the other drafted is the switch's cost, not a
+                    # round's: the first decode is priced as the others were.
+                    per = (step.draft_seconds - step.sync_seconds) / (step.draft_steps - 1)
+                    extra = max(step.sync_seconds - step.wait_seconds - per, 0.0)
+                    own = replace(own, sync_tokens=1, wait_seconds=step.wait_seconds + extra)
+                    self._catchup[name] = extra / (step.sync_tokens - 1)
+                note = pol.observe(own)
             if note:
                 notes.append(f"{_LABEL[name]}: {note}")
         use, idle = self.use, self.idle_name
+        self.idle_tokens += step.emitted
         if step.source == idle:
-            self.idle = 0
-            if self.trying:
+            self.idle = self.idle_tokens = 0
+            self.try_left = max(self.try_left - 1, 0)
+            if self.trying and not self.try_left:
                 r_use, r_idle = best_rate(self.policies[use]), best_rate(self.policies[idle])
                 if r_idle is not None and (r_use is None or r_idle > r_use * (1.0 + self.p.route_margin)):
                     self._switch(f"a try of the {_LABEL[idle]} says it is faster")
                 else:
                     self.gap = min(self.gap * 2, self.p.route_max)
-            elif step.k and not self.probe:
+            elif step.k and not self.probe and not self.trying:
                 self._switch(f"the {_LABEL[use]} paused")
         else:
             self.idle += 1
@@ -231,7 +275,7 @@ class PairPolicy:
 
     def learned(self) -> dict | None:
         out = {name: pol.learned() for name, pol in self.policies.items()}
-        return out if any(out.values()) else None
+        return out | {USE: self.use} if any(out.values()) else None
 
     def estimates(self) -> dict:
         small, large = self.small.estimates(), self.large.estimates()

@@ -44,6 +44,7 @@ class Params:
     route_margin: float = 0.02      # a chain's model takes a round a lookup matched when this much faster [fraction]
     route_rounds: int = 16          # rounds before two drafts' idle one is tried; its evidence's half-life [rounds]
     route_max: int = 128            # ... failed tries in a row double that gap up to this [rounds]
+    route_try: int = 3              # rounds a try of the idle one of two drafts lasts [rounds]
     route_prior: float = 4.0        # acceptance evidence the idle draft keeps when tried again [tokens]
     measure_loop: bool = True       # price a round's time beyond its decodes (the loop's Python)
     monotone: bool = True           # fit verify costs that never fall with the batch size
