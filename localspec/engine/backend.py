@@ -302,7 +302,7 @@ class Context:
 
     def __init__(self, model: Model, *, n_ctx: int, threads: int | None = None,
                  threads_batch: int | None = None, n_batch: int = 512, cache_type: str = "f16",
-                 rollback_depth: int = 0, device_sampling: bool | None = None):
+                 rollback_depth: int = 0, device_sampling: bool | None = None, n_seq: int = 1):
         if n_ctx <= 0:
             raise BadInput("context size must be positive")
         if cache_type not in CACHE_TYPES:
@@ -310,10 +310,15 @@ class Context:
         self.model = model
         threads = threads or default_threads()
         params = ll.llama_context_default_params()
-        params.n_ctx = n_ctx
+        # Several sequences (a batch runner's slots) each get a KV stream of their own and
+        # the full n_ctx: one unified cache changed logits enough to break greedy identity.
+        self.n_seq = max(1, n_seq)
+        params.n_ctx = n_ctx * self.n_seq
         params.n_batch = min(n_batch, n_ctx)
         params.n_ubatch = min(n_batch, n_ctx)
-        params.n_seq_max = 1
+        params.n_seq_max = self.n_seq
+        if self.n_seq > 1:
+            params.kv_unified = False
         # Backend sampling may then cover a whole verify batch (llama.cpp's default is one
         # sampled output per sequence and decode).
         params.n_outputs_max_per_seq = min(DEVICE_ROWS_MAX, params.n_batch)
@@ -333,7 +338,7 @@ class Context:
             why = last_log_error() or "out of memory?"
             raise LocalspecError(f"cannot create a {n_ctx}-token context for {Path(model.path).name} ({why})")
         self.ptr = ptr
-        self.n_ctx = int(ll.llama_n_ctx(ptr))
+        self.n_ctx = int(ll.llama_n_ctx_seq(ptr))   # per sequence
         self.n_batch = int(params.n_batch)
         self.threads = threads
         self.mem = ll.llama_get_memory(ptr)
@@ -450,14 +455,18 @@ class Context:
 
     def _restart(self) -> int:
         """No way back to the wanted position: start the sequence over."""
-        ll.llama_memory_clear(self.mem, True)
         self.stats.restarts += 1
         self.clear()
         return 0
 
     def clear(self) -> None:
-        ll.llama_memory_clear(self.mem, True)
-        self.tokens = []
+        """Forget sequence 0 (the only one a single run uses; other sequences are a batch
+        runner's). ``tokens`` stays the same list, which the runner shares as seq 0's mirror."""
+        if self.n_seq > 1:
+            ll.llama_memory_seq_rm(self.mem, 0, -1, -1)
+        else:
+            ll.llama_memory_clear(self.mem, True)
+        self.tokens.clear()
         self.checkpoints.clear()
         self.pinned = None
 
