@@ -161,7 +161,28 @@ class ModelInfo:
     hybrid: bool
 
 
-class Model:
+class NativeHandle:
+    """A llama.cpp object that is freed exactly once: by :meth:`close`, or when collected
+    if nobody closed it. Subclasses free what they hold in :meth:`_free`."""
+
+    ptr = None
+
+    def _free(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self.ptr:
+            self._free()
+            self.ptr = None
+
+    def __del__(self):  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Model(NativeHandle):
     """A loaded GGUF model: weights, vocabulary and token helpers."""
 
     def __init__(self, path: str | os.PathLike, *, gpu_layers: int | None = None, load_mtp: bool = False):
@@ -269,16 +290,8 @@ class Model:
         n = ll.llama_model_meta_val_str(self.ptr, key.encode(), buf, 1024)
         return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
 
-    def close(self) -> None:
-        if getattr(self, "ptr", None):
-            ll.llama_model_free(self.ptr)
-            self.ptr = None
-
-    def __del__(self):  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _free(self) -> None:
+        ll.llama_model_free(self.ptr)
 
 
 # ---------------------------------------------------------------------------------------
@@ -293,7 +306,7 @@ class Rollback(str, Enum):
     CHECKPOINT = "checkpoint"  # restore a saved sequence state, then decode again what is kept
 
 
-class Context:
+class Context(NativeHandle):
     """One sequence's KV cache on a model, fed through a reusable batch.
 
     ``decode`` returns the logits of the requested positions as a numpy view that stays
@@ -585,15 +598,7 @@ class Context:
         # A recurrent state cannot drop a tail: go back to a checkpoint (or start over).
         self._restore(n)
 
-    def close(self) -> None:
-        if getattr(self, "ptr", None):
-            self.sample_on_device(None)
-            ll.llama_batch_free(self._batch)
-            ll.llama_free(self.ptr)
-            self.ptr = None
-
-    def __del__(self):  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _free(self) -> None:
+        self.sample_on_device(None)
+        ll.llama_batch_free(self._batch)
+        ll.llama_free(self.ptr)
