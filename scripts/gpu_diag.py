@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Why speculation did or did not pay on this machine: for each generated pair of
+scripts/gpu_check.sh (a 152K-vocabulary model pair and a qwen35 target with an MTP head),
+target alone, the default policy and fixed K runs, with the policy's own estimates at the
+end of each answer (draft/target cost ratio, verify cost by batch, loop time, state, why).
+
+    python scripts/gpu_diag.py [--tokens 256] [--runs 2] > diag.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "scripts"), str(ROOT)]
+
+from bench_overhead import python_ms_per_token, run  # noqa: E402
+from tiny import TinySpec, TinyZoo, bpe_vocab, qwen35_spec, write_model  # noqa: E402
+
+from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
+
+KEEP = ("state", "k", "reason", "draft_cost_ratio", "target_step_seconds", "draft_step_seconds",
+        "verify_seconds_by_batch", "round_seconds_beyond_decodes", "acceptance", "pauses", "probes")
+
+
+def cells(engine: Engine, prompt: list[int], drafter: DrafterKind, n: int, runs: int) -> dict:
+    """Target alone, the default and fixed K=1,2,4,8 with ``drafter``, alternating runs."""
+    greedy = SamplingConfig(temperature=0.0)
+    settings = {"target": RunSpec(drafter=DrafterKind.NONE, sampling=greedy, max_tokens=n),
+                "default": RunSpec(drafter=drafter, sampling=greedy, max_tokens=n)}
+    for k in (1, 2, 4, 8):
+        settings[f"K={k}"] = settings["default"].with_(adaptive=False, draft_max=k)
+    for spec in settings.values():
+        run(engine, prompt, spec.with_(max_tokens=8))
+    got: dict[str, list] = {name: [] for name in settings}
+    for _ in range(runs):
+        for name, spec in settings.items():
+            engine.reset()
+            got[name].append(run(engine, prompt, spec))
+    out = {}
+    for name, dones in got.items():
+        s = [d.summary for d in dones]
+        out[name] = {"tps": round(statistics.median(x.tokens_per_second for x in s), 1),
+                     "acceptance": round(statistics.median(x.acceptance_rate for x in s), 3),
+                     "drafted": statistics.median(x.drafted for x in s),
+                     "py_ms_per_token": round(statistics.median(python_ms_per_token(d) for d in dones), 4)}
+        if name == "default":
+            out[name]["policy"] = {k: dones[-1].policy.get(k) for k in KEEP}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--width", type=int, default=2048)
+    ap.add_argument("--layers", type=int, default=16)
+    a = ap.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="gpu-diag-"))
+    width, layers = a.width, a.layers
+    base = 3 + 256 + len(bpe_vocab()[1])
+    zoo = TinyZoo(work)
+    big = TinySpec(n_embd=width, n_ff=width * 11 // 4, n_layer=layers, n_head=max(2, width // 128),
+                   n_head_kv=max(1, width // 512), bigram_seed=5, layer_gain=0.05, f16=True,
+                   extra_tokens=151936 - base, n_ctx_train=4096)
+    small = TinySpec(n_embd=256, n_ff=512, n_layer=2, n_head=4, n_head_kv=2, bigram_seed=5, layer_gain=0.05,
+                     f16=True, extra_tokens=151936 - base, n_ctx_train=4096)
+    q35 = qwen35_spec(n_embd=width // 2, n_layer=max(4, layers // 2), n_head=max(4, width // 256), n_head_kv=2,
+                      head_dim=128, n_rot=32, n_ff=width, d_state=64, n_k_heads=4, n_v_heads=8, mtp=True,
+                      bigram_seed=5, layer_gain=0.05, f16=True)
+    pairs = [("mtp", EngineConfig(target=str(write_model(work / "q35.gguf", q35)), mtp=True, n_ctx=4096),
+              DrafterKind.MTP),
+             ("draft model", EngineConfig(target=str(zoo.get(big, "big.gguf")), draft=str(zoo.get(small, "small.gguf")),
+                                          n_ctx=4096), DrafterKind.MODEL)]
+    for name, config, drafter in pairs:
+        with Engine(config) as e:
+            res = {"pair": name, "backend": e.describe()["target"]["backend"],
+                   **cells(e, e.tokenize("The quick brown fox"), drafter, a.tokens, a.runs)}
+        print(json.dumps(res), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
