@@ -11,6 +11,7 @@ from ..models.catalog import load_catalog
 from .main import cli
 from .options import (
     Pair,
+    cascade_option,
     chosen_drafter,
     drafter_options,
     hardware_options,
@@ -87,6 +88,7 @@ def choose_models(target: str | None, opts: dict):
               help="Most tokens per answer.")
 @sampling_options(default_temp=0.8)
 @hardware_options()
+@cascade_option()
 @click.option("--save-dir", type=click.Path(file_okay=False), default=None,
               help="Where the comparison screen saves its JSON and Markdown (default: here).")
 def chat(target, model, **opts) -> None:

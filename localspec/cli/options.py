@@ -32,7 +32,8 @@ _SAMPLING = SamplingConfig()
 # RunSpec field -> the flag that sets it
 FLAGS = {"temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p", "seed": "--seed",
          "draft_temperature": "--draft-temp", "draft_max": "--draft-max", "draft_min": "--draft-min",
-         "p_min": "--p-min", "max_tokens": "--max-tokens", "stop": "--stop", "drafter": "--drafter"}
+         "p_min": "--p-min", "max_tokens": "--max-tokens", "stop": "--stop", "drafter": "--drafter",
+         "cascade": "--cascade"}
 
 
 def resolve_model(arg: str, what: str) -> str:
@@ -103,6 +104,17 @@ def second_draft() -> str | None:
     """The second ``-d`` of this command line, if one was given."""
     ctx = click.get_current_context(silent=True)
     return ctx.meta.get("localspec.draft2") if ctx else None
+
+
+def cascade_option():
+    """``--cascade [THRESHOLD]``: opt in to the draft model answering alone (not lossless)."""
+    from ..engine.cascade import DEFAULT_THRESHOLD
+
+    return click.option(
+        "--cascade", type=float, is_flag=False, flag_value=DEFAULT_THRESHOLD, default=None, metavar="[THRESHOLD]",
+        help="CHANGES ANSWERS: the draft model answers alone and its answer is returned (marked as the draft's) "
+             f"when its mean token probability is at least THRESHOLD (default {DEFAULT_THRESHOLD}); below it the "
+             "target answers. Calibrate with `localspec tune --cascade`.")
 
 
 def drafter_options():
@@ -224,6 +236,8 @@ def run_spec(opts: dict, drafter: DrafterKind, tuned: dict | None = None) -> Run
                   max_tokens=opts["max_tokens"], stop=tuple(opts.get("stop") or ()))
     if tuned:
         values.update(tuned)
+    if opts.get("cascade") is not None:
+        values["cascade"] = opts["cascade"]
     return validated(RunSpec.of(**values))
 
 

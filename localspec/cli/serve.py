@@ -16,6 +16,7 @@ from ..engine import DrafterKind, RunSpec
 from ..errors import BadInput
 from .main import cli
 from .options import (
+    cascade_option,
     drafter_options,
     engine_config,
     hardware_options,
@@ -81,6 +82,7 @@ def _model_id(opts: dict, target_path: str) -> str:
                    "their browser.")
 @sampling_options()
 @hardware_options()
+@cascade_option()
 @click.option("--tui", is_flag=True, help="Watch the server in the terminal app (queue, speed, acceptance).")
 @click.option("--quiet", is_flag=True, help="No per-request log lines (errors still).")
 def serve(**opts) -> None:
