@@ -82,7 +82,7 @@ def test_cli_labels_the_draft_answer(tiny_target, zoo):
     r = run_cli("run", "-m", str(tiny_target), "-d", str(draft), "-p", "x", "-n", "8", "--temp", "0",
                 "--cascade", "--json", "--threads", "1")
     out = json.loads(r.stdout)
-    assert out["answered_by"] in ("draft", "target") and out["spec"]["cascade"] == 0.8
+    assert out["answered_by"] in ("draft", "target") and 0.0 < out["spec"]["cascade"] <= 1.0   # default or calibrated
     r = run_cli("run", "-m", str(tiny_target), "--ngram", "-p", "x", "--cascade")
     assert r.returncode != 0 and "needs a draft model" in r.stderr
 

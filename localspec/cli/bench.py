@@ -230,6 +230,39 @@ def bench(**opts) -> int:
     return 0
 
 
+def _tune_cascade(opts: dict) -> int:
+    """`localspec tune --cascade`: calibrate and store the pair's cascade threshold."""
+    from ..bench import calibrate
+    from ..engine import RunSpec
+
+    models = _models(opts)
+    if not models.draft:
+        raise BadInput("--cascade needs a draft model: give -d DRAFT (or --demo)")
+    questions = calibrate.load_questions(opts["questions"])[:opts["limit"]]
+    from .progress import bar as progress_bar
+
+    bar = progress_bar(total=len(questions), desc="cascade", unit="question")
+    with _engine(opts, models, [RunSpec()]) as engine:
+        backend = engine.target_model.info.backend
+        result = calibrate.calibrate(engine, questions, tick=lambda _o: bar.update(1))
+    bar.close()
+    result |= {"target": models.target, "draft": models.draft, "backend": backend}
+    click.echo(calibrate.render(result))
+    if opts["json_out"]:
+        Path(opts["json_out"]).write_text(json.dumps(result, indent=1), encoding="utf-8")
+        click.echo(f"wrote {opts['json_out']}", err=True)
+    chosen = result["chosen"]
+    tuning.store(tuning.cascade_key(models.target, models.draft, backend),
+                 {"target": Path(models.target).name, "draft": models.draft_label, "backend": backend,
+                  "threshold": chosen["threshold"] if chosen else None, "questions": result["questions"],
+                  "target_accuracy": result["target_accuracy"], "chosen": chosen})
+    if chosen:
+        click.echo(f"stored for this pair on {backend}: cascade threshold {chosen['threshold']:g} "
+                   f"({chosen['accuracy']:.1%} right vs {result['target_accuracy']:.1%} alone, "
+                   f"{chosen['time_saved']:+.1%} time saved); `--cascade` without a value uses it")
+    return 0
+
+
 TUNE_CELLS = [benchmark.Setting("model", None), benchmark.Setting("model", 2), benchmark.Setting("model", 4),
               benchmark.Setting("model", 6), benchmark.Setting("model", 8),
               benchmark.Setting("model", None, p_min=0.5)]
@@ -242,6 +275,13 @@ TUNE_PROMPTS = ["code-1", "qa-1", "chat-1"]
 @click.option("--reset", is_flag=True, help="Forget stored settings (of this pair with -m/-d, else all).")
 @click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("-n", "n", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens per run.")
+@click.option("--cascade", is_flag=True,
+              help="Calibrate the cascade instead: accuracy vs time saved at several thresholds on questions with "
+                   "known answers; stores the threshold that saves most within 2 points of the target's accuracy.")
+@click.option("--questions", metavar="FILE", default=None,
+              help="With --cascade: your own JSON lines of {\"q\": ..., \"a\": ...} (default: the shipped set).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="With --cascade: the first N questions.")
+@click.option("--json", "json_out", metavar="FILE", default=None, help="With --cascade: write the figures here.")
 def tune(**opts) -> int:
     """Find and store the fastest settings for a pair on this machine.
 
@@ -253,15 +293,23 @@ def tune(**opts) -> int:
     Examples:
       localspec tune -m qwen2.5-7b -d qwen2.5-0.5b
       localspec tune -m qwen3.6-27b -d mtp
+      localspec tune -m qwen2.5-7b -d qwen2.5-0.5b --cascade
       localspec tune --show
       localspec tune --reset
     """
     take_target(opts)
+    if opts["cascade"] and not (opts["show"] or opts["reset"]):
+        return _tune_cascade(opts)
     if opts["show"]:
         data = tuning.load()
         if not data:
             click.echo("no tuned settings yet: localspec tune -m TARGET -d DRAFT")
         for e in data.values():
+            if "threshold" in e and "questions" in e:
+                th = "none kept accuracy" if e["threshold"] is None else f"{e['threshold']:g}"
+                click.echo(f"{e.get('target')} + {e.get('draft')} [{e.get('backend')}]: cascade threshold {th} "
+                           f"({e['questions']} questions, measured {e.get('tuned_at')})")
+                continue
             click.echo(f"{e['target']} + {e['draft']} [{e['backend']}]: {tuning.describe(e['settings'])} "
                        f"({e['speedup']:.2f}x measured {e['tuned_at']})")
         return 0

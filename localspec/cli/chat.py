@@ -12,6 +12,7 @@ from .main import cli
 from .options import (
     Pair,
     cascade_option,
+    cascade_threshold,
     chosen_drafter,
     drafter_options,
     hardware_options,
@@ -119,6 +120,7 @@ def chat(target, model, **opts) -> None:
         pair = prepared_demo_pair() if choice.demo else (choice.target, choice.draft)
         if pair is not None:   # `localspec tune`'s settings; flags win
             tuned = tuned_settings(opts, Pair(str(pair[0]), str(pair[1]), drafter))
+    opts["cascade"] = cascade_threshold(opts, choice.target, choice.draft)
     settings = run_spec(opts, drafter, tuned)
     from ..chat.session import ChatSession
     from ..tui.app import LocalspecApp

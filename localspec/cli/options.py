@@ -106,15 +106,40 @@ def second_draft() -> str | None:
     return ctx.meta.get("localspec.draft2") if ctx else None
 
 
+TUNED_CASCADE = -1.0   # --cascade without a value: the pair's calibrated threshold, else the default
+
+
 def cascade_option():
     """``--cascade [THRESHOLD]``: opt in to the draft model answering alone (not lossless)."""
     from ..engine.cascade import DEFAULT_THRESHOLD
 
     return click.option(
-        "--cascade", type=float, is_flag=False, flag_value=DEFAULT_THRESHOLD, default=None, metavar="[THRESHOLD]",
+        "--cascade", type=float, is_flag=False, flag_value=TUNED_CASCADE, default=None, metavar="[THRESHOLD]",
         help="CHANGES ANSWERS: the draft model answers alone and its answer is returned (marked as the draft's) "
-             f"when its mean token probability is at least THRESHOLD (default {DEFAULT_THRESHOLD}); below it the "
-             "target answers. Calibrate with `localspec tune --cascade`.")
+             "when its mean token probability is at least THRESHOLD (without one: the pair's threshold from "
+             f"`localspec tune --cascade`, else {DEFAULT_THRESHOLD}); below it the target answers.")
+
+
+def cascade_threshold(opts: dict, target: str | None, draft: str | None, *, quiet: bool = False) -> float | None:
+    """The threshold ``--cascade`` asks for: its value, or for a bare ``--cascade`` the one
+    `localspec tune --cascade` stored for this pair and backend (else the default)."""
+    value = opts.get("cascade")
+    if value != TUNED_CASCADE:
+        return value
+    from ..engine.cascade import DEFAULT_THRESHOLD
+
+    if target and draft:
+        from ..bench import tuning
+        from ..engine.backend import backend_name
+
+        gl = opts.get("gpu_layers")
+        entry = tuning.lookup_cascade(target, draft, backend_name(gl if gl is not None else -1))
+        if entry and entry.get("threshold") is not None:
+            if not quiet:
+                click.echo(f"localspec: cascade threshold {entry['threshold']:g} calibrated for this pair "
+                           "(`localspec tune --cascade`)", err=True)
+            return float(entry["threshold"])
+    return DEFAULT_THRESHOLD
 
 
 def drafter_options():
@@ -303,6 +328,7 @@ def prepare(opts: dict) -> tuple[EngineConfig, RunSpec]:
     """Everything `run` and `compare` need before loading: the models and the RunSpec."""
     pair = resolve_pair(opts)
     tuned = tuned_settings(opts, pair) if pair.drafter in (DrafterKind.MODEL, DrafterKind.MTP) else None
+    opts["cascade"] = cascade_threshold(opts, pair.target, pair.draft)
     spec = run_spec(opts, pair.drafter, tuned)
     return engine_config(opts, pair, spec), spec
 

@@ -17,6 +17,7 @@ from ..errors import BadInput
 from .main import cli
 from .options import (
     cascade_option,
+    cascade_threshold,
     drafter_options,
     engine_config,
     hardware_options,
@@ -113,6 +114,7 @@ def serve(**opts) -> None:
     tuned = None
     if pair.drafter is DrafterKind.MODEL:
         tuned = tuned_settings(opts, pair)
+    opts["cascade"] = cascade_threshold(opts, pair.target, pair.draft)
     base = run_spec(opts | {"max_tokens": RunSpec.max_tokens}, pair.drafter, tuned)
     if opts["host"] not in _LOOPBACK and not opts["api_key"]:
         click.echo(f"localspec: warning: listening on {opts['host']} without --api-key: anyone who can "
