@@ -106,3 +106,13 @@ def test_check_verifies_every_draft(trio, zoo):
     other = zoo.get(TinySpec(vocab_shuffle=7), "other-vocab.gguf")
     r = run_cli("check", str(target), str(small), str(other))
     assert r.returncode == 1 and "draft 2 of 2" in r.stdout
+
+
+def test_bench_two_drafts(trio):
+    target, small, large = trio
+    r = run_cli("bench", "-m", str(target), "-d", str(small), "-d", str(large), "--runs", "1", "-n", "16",
+                "--policy", "adaptive", "--draft-max", "4", "--json", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert "models" in r.stdout
+    r = run_cli("bench", "-m", str(target), "-d", str(small), "--drafter", "models", "--runs", "1")
+    assert r.returncode != 0 and "two draft models" in r.stderr

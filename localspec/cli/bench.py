@@ -53,6 +53,7 @@ class _Models:
     draft: str | None
     mtp: bool = False
     mtp_file: str | None = None      # None with mtp: embedded in the target
+    draft2: str | None = None        # a second draft model (drafter "models")
 
     def key(self, backend: str) -> str:
         if self.draft is None and self.mtp:
@@ -66,10 +67,23 @@ class _Models:
         return "MTP head" + (f" ({Path(self.mtp_file).name})" if self.mtp_file else " (embedded)")
 
 
+def _all_drafts(ctx: click.Context, param, values) -> str | None:
+    """``-d`` given several times: the first is ``draft``; all are kept for :func:`_draft_list`."""
+    values = tuple(v for v in values or () if v)
+    ctx.meta["localspec.drafts"] = values
+    return values[0] if values else None
+
+
+def _draft_list() -> tuple[str, ...]:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get("localspec.drafts", ()) if ctx else ()
+
+
 def _drafters(opts: dict) -> list[str]:
-    """--drafter, whose default follows -d: a draft model, or the MTP head with -d mtp."""
-    default = "mtp" if parse_draft_arg(opts.get("draft"))[0] else "model"
-    return _choices(opts["drafter"] or default, "--drafter", ("model", "ngram", "ngram+model", "mtp"))
+    """--drafter, whose default follows -d: a draft model (two: both, switched), or the MTP
+    head with -d mtp."""
+    default = "mtp" if parse_draft_arg(opts.get("draft"))[0] else "models" if len(_draft_list()) == 2 else "model"
+    return _choices(opts["drafter"] or default, "--drafter", ("model", "ngram", "ngram+model", "mtp", "models"))
 
 
 def _models(opts: dict, drafters: list[str] | tuple[str, ...] = ("model",)) -> _Models:
@@ -90,13 +104,18 @@ def _models(opts: dict, drafters: list[str] | tuple[str, ...] = ("model",)) -> _
     target = resolve_model(opts["target"], "target")
     mtp = is_mtp or "mtp" in drafters
     src = locate_mtp(target, resolve_model(head, "MTP head") if head else None) if mtp else None
-    return _Models(target, resolve_model(draft, "draft") if draft else None, mtp, src.file if src else None)
+    more = _draft_list()[1:]
+    if "models" in drafters and len(more) != 1:
+        raise BadInput("--drafter models needs two draft models: -d SMALL -d LARGE")
+    draft2 = resolve_model(more[0], "draft") if "models" in drafters else None
+    return _Models(target, resolve_model(draft, "draft") if draft else None, mtp, src.file if src else None, draft2)
 
 
 def _engine(opts: dict, models: _Models, specs) -> Engine:
     from ..engine import Engine, EngineConfig, rollback_depth
 
-    return Engine(EngineConfig(target=models.target, draft=models.draft, mtp=models.mtp, mtp_file=models.mtp_file,
+    return Engine(EngineConfig(target=models.target, draft=models.draft, draft2=models.draft2, mtp=models.mtp,
+                               mtp_file=models.mtp_file,
                                n_ctx=opts["n_ctx"], threads=opts["threads"],
                                gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
                                cache_type=opts["cache_type"], rollback_depth=rollback_depth(*specs)))
@@ -106,8 +125,11 @@ def _hardware(f):
     for d in reversed([
         model_argument(),
         click.option("-m", "--model", "target", metavar="TARGET", help="Target model (as MODEL: file, name or alias)."),
-        click.option("-d", "-md", "--draft", "--model-draft", "draft", metavar="DRAFT",
-                     help="Draft model (file, name or alias); 'mtp' or 'mtp:PATH': the target's MTP head."),
+        click.option("-d", "-md", "--draft", "--model-draft", "draft", metavar="DRAFT", multiple=True,
+                     callback=_all_drafts,
+                     help="Draft model (file, name or alias); 'mtp' or 'mtp:PATH': the target's MTP head. Twice "
+                          "for bench: two drafts (--drafter models); several for tune: each measured, the "
+                          "fastest kept."),
         click.option("--demo", is_flag=True, help="Use the built-in demo pair."),
         hardware_options(n_ctx=2048),
     ]):
@@ -305,6 +327,10 @@ def tune(**opts) -> int:
         if not data:
             click.echo("no tuned settings yet: localspec tune -m TARGET -d DRAFT")
         for e in data.values():
+            if "candidates" in e:
+                click.echo(f"{e.get('target')} [{e.get('backend')}]: fastest draft {e.get('draft')} "
+                           f"({e['speedup']:.2f}x, of {len(e['candidates'])} measured {e.get('tuned_at')})")
+                continue
             if "threshold" in e and "questions" in e:
                 th = "none kept accuracy" if e["threshold"] is None else f"{e['threshold']:g}"
                 click.echo(f"{e.get('target')} + {e.get('draft')} [{e.get('backend')}]: cascade threshold {th} "
@@ -323,7 +349,33 @@ def tune(**opts) -> int:
             n = tuning.reset()
         click.echo(f"forgot {n} tuned setting{'s' if n != 1 else ''}")
         return 0
-    models = _models(opts, _drafters(opts | {"drafter": None}))
+    candidates = _draft_list()
+    if len(candidates) > 1:
+        return _tune_candidates(opts, candidates)
+    _tune_pair(opts, _models(opts, _drafters(opts | {"drafter": None})))
+    return 0
+
+
+def _tune_candidates(opts: dict, candidates: tuple[str, ...]) -> int:
+    """Several drafts for one target: each pair tuned and stored; the fastest said (and kept)."""
+    results = []
+    for d in candidates:
+        click.echo(f"== draft {d}", err=True)
+        models = _models(opts | {"draft": d}, ["model"])
+        results.append((d, models, *_tune_pair(opts, models)))
+    d, models, backend, speedup = max(results, key=lambda r: r[3])
+    for name, _m, _b, x in results:
+        click.echo(f"{name}: {x:.2f}x the target alone")
+    tuning.store(tuning.pair_key(models.target, None, backend) + "|best_draft",
+                 {"target": Path(models.target).name, "draft": Path(models.draft).name, "draft_path": models.draft,
+                  "backend": backend, "speedup": speedup, "candidates": [r[0] for r in results]})
+    click.echo(f"fastest draft for {Path(models.target).name}: {d} ({speedup:.2f}x); "
+               f"run it: localspec run -m {models.target} -d {models.draft}")
+    return 0
+
+
+def _tune_pair(opts: dict, models: _Models) -> tuple[str, float]:
+    """The compact sweep on one pair, its best stored; (backend, best speed-up)."""
     # A target drafting with its MTP head is tuned like a pair: the same cells, drafter mtp.
     cells = TUNE_CELLS if models.draft else [replace(c, drafter="mtp") for c in TUNE_CELLS]
     prompts = [p for p in benchmark.PROMPTS if p["id"] in TUNE_PROMPTS]
@@ -346,4 +398,4 @@ def tune(**opts) -> int:
                  {"target": Path(models.target).name, "draft": models.draft_label, "backend": backend,
                   "settings": settings, "speedup": speedup})
     click.echo(f"{note} ({speedup:.2f}x); stored for this pair on {backend}: {tuning.describe(settings)}")
-    return 0
+    return backend, speedup
