@@ -111,7 +111,7 @@ TUNED_CASCADE = -1.0   # --cascade without a value: the pair's calibrated thresh
 
 def cascade_option():
     """``--cascade [THRESHOLD]``: opt in to the draft model answering alone (not lossless)."""
-    from ..engine.cascade import DEFAULT_THRESHOLD
+    from ..engine.spec import CASCADE_THRESHOLD as DEFAULT_THRESHOLD
 
     return click.option(
         "--cascade", type=float, is_flag=False, flag_value=TUNED_CASCADE, default=None, metavar="[THRESHOLD]",
@@ -126,7 +126,7 @@ def cascade_threshold(opts: dict, target: str | None, draft: str | None, *, quie
     value = opts.get("cascade")
     if value != TUNED_CASCADE:
         return value
-    from ..engine.cascade import DEFAULT_THRESHOLD
+    from ..engine.spec import CASCADE_THRESHOLD as DEFAULT_THRESHOLD
 
     if target and draft:
         from ..bench import tuning

@@ -23,9 +23,10 @@ from .drafters import Draft, NoDrafter, ReadsInline
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, TextChunk, Token
 from .generator import Generator
 from .policy import Policy, policy_for
+from .spec import CASCADE_THRESHOLD as DEFAULT_THRESHOLD
 from .spec import DrafterKind, RunSpec
 
-DEFAULT_THRESHOLD = 0.8    # a mean token probability; calibrate yours with `localspec tune --cascade`
+__all__ = ["DEFAULT_THRESHOLD", "AnswerLookup", "mean_probability", "run"]
 
 
 class AnswerLookup(ReadsInline):

@@ -16,6 +16,8 @@ from enum import Enum
 from ..errors import BadInput
 from .sampling import SamplingConfig
 
+CASCADE_THRESHOLD = 0.8   # a cascade's default mean token probability (calibrate: `localspec tune --cascade`)
+
 
 class DrafterKind(str, Enum):
     """Where draft tokens come from."""
