@@ -120,19 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     files = trio(ROOT / ".cache" / "bench_two_drafts" / "models", args.stretch)
     results = []
+    out = {"runs": args.runs, "tokens": args.n, "stretch": args.stretch, "threads": args.threads,
+           "prompt": PROMPT, "results": results}
     for v in args.variants.split(","):
         res = run_variant(files, v, args)
         results.append(res)
         print(f"{v}: both / better single ({res['better_single']}) = {res['both_over_better_single']:.3f}; "
               f"medians {', '.join(f'{k} {x:.0f}' for k, x in res['median_tps'].items())} tok/s", file=sys.stderr)
-    out = {"runs": args.runs, "tokens": args.n, "stretch": args.stretch, "threads": args.threads,
-           "prompt": PROMPT, "results": results}
-    text = json.dumps(out, indent=1)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    else:
-        print(text)
+        if args.out:        # after each variant: an interruption keeps what was measured
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(out, indent=1))
+    if not args.out:
+        print(json.dumps(out, indent=1))
     return 0
 
 

@@ -5,7 +5,6 @@ import json
 
 import pytest
 from conftest import run_cli
-from tiny import TinySpec
 
 from localspec.bench import calibrate
 from localspec.bench.calibrate import Outcome, Question
@@ -42,6 +41,12 @@ def outcome(t_right, d_right, conf):
     return Outcome(Question("q", "a", "k"), t_right, 1.0, d_right, conf, 0.2, 0.9)
 
 
+def test_no_threshold_when_the_cascade_saves_no_time():
+    slow = [Outcome(Question("q", "a"), True, 1.0, True, 0.9, 1.5, 0.9)]
+    r = calibrate.table(slow, thresholds=(0.5,))
+    assert r["chosen"] is None and "does not pay" in calibrate.render(r)
+
+
 def test_table_picks_the_fastest_threshold_within_the_accuracy_loss():
     outs = [outcome(True, True, 0.95), outcome(True, True, 0.9), outcome(True, False, 0.7), outcome(False, False, 0.4)]
     r = calibrate.table(outs, thresholds=(0.5, 0.8, 0.99), max_loss=0.02)
@@ -54,8 +59,9 @@ def test_table_picks_the_fastest_threshold_within_the_accuracy_loss():
     assert "<- chosen" in calibrate.render(r)
 
 
-def test_tune_cascade_stores_the_threshold(tiny_target, zoo, tmp_path):
-    draft = zoo.get(TinySpec(noise=0.3), "draft-0.3.gguf")
+def test_tune_cascade_stores_the_threshold(cost_pairs, tmp_path):
+    """A draft 100x cheaper than the target: answering with it saves time."""
+    tiny_target, draft = cost_pairs["big"], cost_pairs["small"]
     qs = tmp_path / "q.jsonl"
     qs.write_text("\n".join(json.dumps({"q": f"say {i}", "a": "zzz"}) for i in range(3)))
     out = tmp_path / "cal.json"

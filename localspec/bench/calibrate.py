@@ -6,7 +6,8 @@ always falls back (the draft's answer, its confidence and time, then the target 
 from it). A threshold's figures follow from those without running again: a question whose
 draft confidence clears it is answered by the draft (its time alone), the rest by the target
 after the draft (both times). The threshold kept is the one that saves the most time while
-its accuracy stays within ``max_loss`` of the target alone's.
+its accuracy stays within ``max_loss`` of the target alone's; none when no threshold saves
+time (a draft hardly cheaper than the target).
 
 A question file is JSON lines: ``{"q": "...", "a": "...", "kind": "..."}`` (kind optional).
 An answer is right when the answer's text appears as a whole word in the first line of the
@@ -137,7 +138,7 @@ def table(outcomes: list[Outcome], thresholds=THRESHOLDS, max_loss: float = 0.02
         saved = round(1.0 - seconds / t_target, 4) if t_target else 0.0
         rows.append({"threshold": th, "accuracy": round(right / n, 4), "answered_by_draft": round(sum(by_draft) / n, 4),
                      "seconds": round(seconds, 3), "time_saved": saved})
-    ok = [r for r in rows if r["accuracy"] >= acc_target - max_loss - 1e-9]
+    ok = [r for r in rows if r["accuracy"] >= acc_target - max_loss - 1e-9 and r["time_saved"] > 0]
     chosen = max(ok, key=lambda r: (r["time_saved"], -r["threshold"])) if ok else None
     kinds = sorted({o.question.kind for o in outcomes})
     return {"questions": n, "target_accuracy": round(acc_target, 4), "target_seconds": round(t_target, 3),
@@ -177,5 +178,6 @@ def render(result: dict) -> str:
         lines.append(f"{r['threshold']:>9.2f}  {r['accuracy']:>8.1%}  {r['answered_by_draft']:>8.1%}  "
                      f"{r['time_saved']:>+10.1%}{mark}")
     if result["chosen"] is None:
-        lines.append(f"no threshold keeps accuracy within {result['max_accuracy_loss']:.0%} of the target alone's")
+        lines.append(f"no threshold saves time with accuracy within {result['max_accuracy_loss']:.0%} of the target "
+                     "alone's: the cascade does not pay on this pair (nothing stored)")
     return "\n".join(lines)

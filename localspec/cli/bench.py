@@ -274,14 +274,15 @@ def _tune_cascade(opts: dict) -> int:
         Path(opts["json_out"]).write_text(json.dumps(result, indent=1), encoding="utf-8")
         click.echo(f"wrote {opts['json_out']}", err=True)
     chosen = result["chosen"]
+    if chosen is None:
+        return 0
     tuning.store(tuning.cascade_key(models.target, models.draft, backend),
                  {"target": Path(models.target).name, "draft": models.draft_label, "backend": backend,
                   "threshold": chosen["threshold"] if chosen else None, "questions": result["questions"],
                   "target_accuracy": result["target_accuracy"], "chosen": chosen})
-    if chosen:
-        click.echo(f"stored for this pair on {backend}: cascade threshold {chosen['threshold']:g} "
-                   f"({chosen['accuracy']:.1%} right vs {result['target_accuracy']:.1%} alone, "
-                   f"{chosen['time_saved']:+.1%} time saved); `--cascade` without a value uses it")
+    click.echo(f"stored for this pair on {backend}: cascade threshold {chosen['threshold']:g} "
+               f"({chosen['accuracy']:.1%} right vs {result['target_accuracy']:.1%} alone, "
+               f"{chosen['time_saved']:+.1%} time saved); `--cascade` without a value uses it")
     return 0
 
 
@@ -332,7 +333,7 @@ def tune(**opts) -> int:
                            f"({e['speedup']:.2f}x, of {len(e['candidates'])} measured {e.get('tuned_at')})")
                 continue
             if "threshold" in e and "questions" in e:
-                th = "none kept accuracy" if e["threshold"] is None else f"{e['threshold']:g}"
+                th = f"{e['threshold']:g}"
                 click.echo(f"{e.get('target')} + {e.get('draft')} [{e.get('backend')}]: cascade threshold {th} "
                            f"({e['questions']} questions, measured {e.get('tuned_at')})")
                 continue
