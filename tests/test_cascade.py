@@ -104,3 +104,26 @@ def test_server_request_field_and_response():
     assert answered_by(Summary()) == {}
     s = Summary(answered_by="draft", cascade_confidence=0.9)
     assert answered_by(s)["localspec"]["answered_by"] == "draft"
+
+
+def test_server_marks_the_draft_answer(tiny_target, zoo):
+    """Through HTTP: a request's cascade, the response's localspec field (whole and streamed)
+    and the metric."""
+    from test_server import request, serving
+
+    draft = zoo.get(TinySpec(noise=0.3), "draft-0.3.gguf")
+    with serving(tiny_target, draft) as server:
+        body = {"prompt": "x", "max_tokens": 8, "temperature": 0, "localspec": {"cascade": 1e-6}}
+        status, _, out = request(server, "POST", "/v1/completions", body)
+        assert status == 200, out
+        assert out["localspec"]["answered_by"] == "draft"
+        status, _, out = request(server, "POST", "/v1/completions", body | {"localspec": {"cascade": 1.0}})
+        assert out["localspec"]["answered_by"] == "target"
+        status, _, out = request(server, "POST", "/v1/completions", body | {"localspec": None})
+        assert "localspec" not in out
+        status, _, text = request(server, "POST", "/v1/completions", body | {"stream": True})
+        assert '"answered_by":"draft"' in text
+        status, _, metrics = request(server, "GET", "/metrics")
+        assert 'localspec_cascade_answers_total{answered_by="draft"} 2.0' in metrics
+        status, _, out = request(server, "POST", "/v1/completions", body | {"localspec": {"cascade": "yes"}})
+        assert status == 400 and out["error"]["param"] == "localspec.cascade"
