@@ -64,8 +64,14 @@ class EngineConfig:
     # The draft model reads each prompt on a thread of its own while the target reads it;
     # None: when both models run on the CPU and their threads together fit the cores.
     read_alongside: bool | None = None
+    # Generations stepped together (a server's slots, see batch.py): the contexts hold this
+    # many sequences, each with the full n_ctx (KV memory: parallel x n_ctx). Recurrent,
+    # hybrid and MTP targets keep 1 (``Engine.parallel_note`` says why).
+    parallel: int = 1
 
     def validate(self) -> None:
+        if self.parallel < 1:
+            raise BadInput(f"--parallel must be >= 1 (got {self.parallel})")
         if self.n_ctx < 16:
             raise BadInput(f"--ctx must be at least 16 (got {self.n_ctx})")
         if self.threads is not None and self.threads <= 0:
@@ -97,9 +103,15 @@ class Engine:
         self.target_model = Model(config.target, gpu_layers=config.gpu_layers,
                                   load_mtp=config.mtp and not config.mtp_file)
         depth = DEFAULT_ROLLBACK_DEPTH if config.rollback_depth is None else config.rollback_depth
+        self.parallel, self.parallel_note = config.parallel, ""
+        info = self.target_model.info
+        if config.parallel > 1 and (info.recurrent or info.hybrid or config.mtp):
+            self.parallel = 1
+            self.parallel_note = (f"one slot: a {_kind(info)} target" if not config.mtp
+                                  else "one slot: the MTP head follows one sequence")
         self.target_ctx = Context(self.target_model, n_ctx=config.n_ctx, threads=threads,
                                   n_batch=config.n_batch, cache_type=config.cache_type, rollback_depth=depth,
-                                  device_sampling=config.device_sampling)
+                                  device_sampling=config.device_sampling, n_seq=self.parallel)
         self.draft_model = None
         self.draft_ctx = None
         self._draft_size_ratio: float | None = None   # the draft's weights over the target's
@@ -109,7 +121,7 @@ class Engine:
             self.draft_model = Model(config.draft, gpu_layers=gl)
             self.draft_ctx = Context(self.draft_model, n_ctx=config.n_ctx, threads=threads,
                                      n_batch=config.n_batch, cache_type=config.cache_type,
-                                     device_sampling=config.device_sampling)
+                                     device_sampling=config.device_sampling, n_seq=self.parallel)
             self._read_alongside = (config.read_alongside if config.read_alongside is not None
                                     else self._spare_cores(threads))
             self._draft_size_ratio = self._size_ratio()
@@ -133,6 +145,8 @@ class Engine:
         # lengths the target accepts on this pair serves both.
         self._lookup = NgramDrafter()
         self._lock = threading.Lock()
+        self.lock = self._lock   # held while one generation (or a batch round) uses the contexts
+        self._runner = None
         # What each drafter's adaptive policy learned: seeds the next generation.
         self.memory = Memory(config.target, config.draft, self.target_model.info.backend, persist=config.remember)
 
@@ -200,8 +214,7 @@ class Engine:
         with self._lock:
             if self.mtp_ctx is not None:   # the head follows the target's decodes only while it drafts
                 self._generators[DrafterKind.MTP].drafter.attach(spec.drafter is DrafterKind.MTP)
-            ratio = self._pair_ratios if spec.drafter is DrafterKind.MODELS else self._draft_size_ratio
-            policy = policy_for(spec, self._learned(spec) if spec.adaptive and spec.speculative else None, ratio)
+            policy = self.policy(spec)
             if isinstance(gen.drafter, ChainDrafter):
                 gen.drafter.follow(policy if isinstance(policy, ChainPolicy) else None)
             if isinstance(gen.drafter, PairDrafter):
@@ -220,6 +233,27 @@ class Engine:
         with self._lock:
             self._settle_draft()
             yield from cascade.run(self.target_ctx, self.draft_ctx, prompt_tokens, spec, cancel)
+
+    def policy(self, spec: RunSpec):
+        """The drafting policy for one generation of ``spec``, seeded with what this pair learned."""
+        ratio = self._pair_ratios if spec.drafter is DrafterKind.MODELS else self._draft_size_ratio
+        return policy_for(spec, self._learned(spec) if spec.adaptive and spec.speculative else None, ratio)
+
+    def remember(self, spec: RunSpec, policy) -> None:
+        """Keep what ``policy`` learned in a generation of ``spec`` (it seeds the next)."""
+        learned = policy.learned()
+        if learned:
+            self._keep(spec.drafter, learned)
+
+    def runner(self):
+        """The :class:`~localspec.engine.batch.BatchRunner` stepping up to ``parallel``
+        generations together (one per engine; the draft's reads alongside are settled first)."""
+        if self._runner is None:
+            from .batch import BatchRunner
+
+            self._settle_draft()
+            self._runner = BatchRunner(self)
+        return self._runner
 
     def _keep(self, drafter: DrafterKind, learned: dict) -> None:
         """Keep what a generation learned. A chain's lookups are the lookups alone (the same
@@ -300,7 +334,10 @@ class Engine:
             "drafters": [k.value for k in self.drafters],
             "n_ctx": self.target_ctx.n_ctx,
             "threads": self.target_ctx.threads,
+            "parallel": self.parallel,
         }
+        if self.parallel_note:
+            out["parallel_note"] = self.parallel_note
         if self.draft_model is not None:
             d = self.draft_model.info
             out["draft"] = {"path": d.path, "model": d.description, "backend": d.backend,
@@ -320,6 +357,10 @@ class Engine:
                           "backend": m.info.backend}
         return out
 
+    def settle_draft(self) -> None:
+        """Wait for a read the draft model runs alongside (before anything else uses its context)."""
+        self._settle_draft()
+
     def _settle_draft(self) -> None:
         """Wait for the last chunk of a read the draft model ran alongside (a generation
         that ends stops it without waiting)."""
@@ -333,6 +374,9 @@ class Engine:
 
     def close(self) -> None:
         self._settle_draft()
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
         for obj in (self.mtp_ctx, self.mtp_model, self.draft2_ctx, self.draft2_model, self.draft_ctx,
                     self.draft_model, self.target_ctx,
                     self.target_model):

@@ -39,7 +39,7 @@ import llama_cpp.llama_cpp_ext as lx
 import numpy as np
 
 from ..errors import BadInput, LocalspecError
-from .backend import Context, Model, Rollback, RollbackStats, last_log_error
+from .backend import Context, Model, NativeHandle, Rollback, RollbackStats, last_log_error
 from .drafters import Draft, ReadsInline, common_prefix, pick
 from .outputs import LogitRows
 from .sampling import Dist, SamplingConfig
@@ -47,7 +47,7 @@ from .sampling import Dist, SamplingConfig
 _FLOAT_P = ctypes.POINTER(ctypes.c_float)
 
 
-class MtpContext:
+class MtpContext(NativeHandle):
     """The MTP head's llama.cpp context: a KV cache for the nextn layer only.
 
     ``tokens`` lists the positions whose entries were made from the target's own hidden
@@ -145,17 +145,9 @@ class MtpContext:
         row = np.ctypeslib.as_array(lx.llama_get_embeddings_nextn_ith(self.ptr, -1), shape=(self.n_embd,))
         return logits, row
 
-    def close(self) -> None:
-        if getattr(self, "ptr", None):
-            ll.llama_batch_ext_free(self._batch)
-            ll.llama_free(self.ptr)
-            self.ptr = None
-
-    def __del__(self):  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _free(self) -> None:
+        ll.llama_batch_ext_free(self._batch)
+        ll.llama_free(self.ptr)
 
 
 class MtpDrafter(ReadsInline):

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 
 from ..errors import BadInput
-from .sampling import SamplingConfig
+from .sampling_config import SamplingConfig
 
 CASCADE_THRESHOLD = 0.8   # a cascade's default mean token probability (calibrate: `localspec tune --cascade`)
 
