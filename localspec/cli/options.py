@@ -91,6 +91,13 @@ def take_target(opts: dict) -> None:
         opts["target"] = arg
 
 
+class DraftArg(click.types.StringParamType):
+    """A draft argument; from an environment variable (LOCALSPEC_DRAFT) several are split on
+    ';', never on the spaces a path may hold."""
+
+    envvar_list_splitter = ";"
+
+
 def _drafts(ctx: click.Context, param, values) -> str | None:
     """``-d`` given up to twice: the first is ``draft``; a second is kept for :func:`second_draft`."""
     values = tuple(v for v in values or () if v)
@@ -146,7 +153,7 @@ def drafter_options():
     """How to draft: a draft model (or two), prompt lookup, or not at all."""
     return _opts(
         click.option("-d", "-md", "--draft", "--model-draft", "draft", metavar="DRAFT", multiple=True,
-                     callback=_drafts,
+                     type=DraftArg(), callback=_drafts,
                      help="Draft model (a .gguf, local name or pulled alias) with the target's tokenizer; "
                           "'mtp' drafts with the target's own MTP head (embedded, or a sibling "
                           "mtp-*.gguf), 'mtp:PATH' with the MTP head in PATH. Twice (-d SMALL -d LARGE): "
