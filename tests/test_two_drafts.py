@@ -106,3 +106,30 @@ def test_check_verifies_every_draft(trio, zoo):
     other = zoo.get(TinySpec(vocab_shuffle=7), "other-vocab.gguf")
     r = run_cli("check", str(target), str(small), str(other))
     assert r.returncode == 1 and "draft 2 of 2" in r.stdout
+
+
+def test_bench_two_drafts(trio):
+    target, small, large = trio
+    r = run_cli("bench", "-m", str(target), "-d", str(small), "-d", str(large), "--runs", "1", "-n", "16",
+                "--policy", "adaptive", "--draft-max", "4", "--json", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert "models" in r.stdout
+    r = run_cli("bench", "-m", str(target), "-d", str(small), "--drafter", "models", "--runs", "1")
+    assert r.returncode != 0 and "two draft models" in r.stderr
+
+
+def test_two_drafts_sampling_is_seeded_and_carries_each_drafts_distribution(trio):
+    """Sampling with two drafts runs the same rejection sampling (each round's draft carries
+    the distributions of the model that drafted it): a seeded run repeats itself."""
+    from localspec.engine import SamplingConfig
+
+    spec = RunSpec(drafter=DrafterKind.MODELS, sampling=SamplingConfig(temperature=0.8, seed=7), max_tokens=60,
+                   adaptive=False, draft_max=4)
+    with engine_for(trio) as e:
+        toks = e.tokenize(PROMPTS[0])
+        runs = []
+        for _ in range(2):
+            e.reset()
+            runs.append(list(e.run(toks, spec))[-1])
+    assert runs[0].token_ids == runs[1].token_ids
+    assert runs[0].summary.drafted > 0 and runs[0].summary.n_generated == 60

@@ -65,3 +65,16 @@ def describe(settings: dict) -> str:
     if settings.get("draft_temp") is not None:
         text += f", draft-temp {settings['draft_temp']:g}"
     return text
+
+
+def cascade_key(target: str | Path, draft: str | Path, backend: str) -> str:
+    """The key of a pair's calibrated cascade threshold (`localspec tune --cascade`)."""
+    return pair_key(target, draft, backend) + "|cascade"
+
+
+def lookup_cascade(target: str | Path, draft: str | Path, backend: str) -> dict | None:
+    try:
+        key = cascade_key(target, draft, backend)
+    except OSError:
+        return None
+    return load().get(key)

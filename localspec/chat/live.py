@@ -57,6 +57,7 @@ class LiveStats:
     prompt_seconds: float = 0.0
     ttft: float | None = None     # seconds from the start to the first token
     by_drafter: tuple[tuple[str, int, int], ...] = ()   # (drafter, drafted, accepted), two drafts' apart
+    answered_by: str = ""         # with a cascade: "draft" (the draft model's answer) or "target"
 
     @property
     def acceptance(self) -> float | None:
@@ -128,6 +129,7 @@ class Accumulator:
         elif isinstance(ev, Done):
             self.done = ev
             s["phase"] = "stopped" if ev.stop_reason == StopReason.CANCELLED else "finished"
+            s["answered_by"] = ev.summary.answered_by
             summary = ev.summary
             if summary.policy and not s["policy_reason"] and not s["drafting"]:
                 s["policy_reason"] = summary.policy

@@ -53,6 +53,7 @@ class _Models:
     draft: str | None
     mtp: bool = False
     mtp_file: str | None = None      # None with mtp: embedded in the target
+    draft2: str | None = None        # a second draft model (drafter "models")
 
     def key(self, backend: str) -> str:
         if self.draft is None and self.mtp:
@@ -66,10 +67,23 @@ class _Models:
         return "MTP head" + (f" ({Path(self.mtp_file).name})" if self.mtp_file else " (embedded)")
 
 
+def _all_drafts(ctx: click.Context, param, values) -> str | None:
+    """``-d`` given several times: the first is ``draft``; all are kept for :func:`_draft_list`."""
+    values = tuple(v for v in values or () if v)
+    ctx.meta["localspec.drafts"] = values
+    return values[0] if values else None
+
+
+def _draft_list() -> tuple[str, ...]:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get("localspec.drafts", ()) if ctx else ()
+
+
 def _drafters(opts: dict) -> list[str]:
-    """--drafter, whose default follows -d: a draft model, or the MTP head with -d mtp."""
-    default = "mtp" if parse_draft_arg(opts.get("draft"))[0] else "model"
-    return _choices(opts["drafter"] or default, "--drafter", ("model", "ngram", "ngram+model", "mtp"))
+    """--drafter, whose default follows -d: a draft model (two: both, switched), or the MTP
+    head with -d mtp."""
+    default = "mtp" if parse_draft_arg(opts.get("draft"))[0] else "models" if len(_draft_list()) == 2 else "model"
+    return _choices(opts["drafter"] or default, "--drafter", ("model", "ngram", "ngram+model", "mtp", "models"))
 
 
 def _models(opts: dict, drafters: list[str] | tuple[str, ...] = ("model",)) -> _Models:
@@ -90,13 +104,18 @@ def _models(opts: dict, drafters: list[str] | tuple[str, ...] = ("model",)) -> _
     target = resolve_model(opts["target"], "target")
     mtp = is_mtp or "mtp" in drafters
     src = locate_mtp(target, resolve_model(head, "MTP head") if head else None) if mtp else None
-    return _Models(target, resolve_model(draft, "draft") if draft else None, mtp, src.file if src else None)
+    more = _draft_list()[1:]
+    if "models" in drafters and len(more) != 1:
+        raise BadInput("--drafter models needs two draft models: -d SMALL -d LARGE")
+    draft2 = resolve_model(more[0], "draft") if "models" in drafters else None
+    return _Models(target, resolve_model(draft, "draft") if draft else None, mtp, src.file if src else None, draft2)
 
 
 def _engine(opts: dict, models: _Models, specs) -> Engine:
     from ..engine import Engine, EngineConfig, rollback_depth
 
-    return Engine(EngineConfig(target=models.target, draft=models.draft, mtp=models.mtp, mtp_file=models.mtp_file,
+    return Engine(EngineConfig(target=models.target, draft=models.draft, draft2=models.draft2, mtp=models.mtp,
+                               mtp_file=models.mtp_file,
                                n_ctx=opts["n_ctx"], threads=opts["threads"],
                                gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
                                cache_type=opts["cache_type"], rollback_depth=rollback_depth(*specs)))
@@ -106,8 +125,11 @@ def _hardware(f):
     for d in reversed([
         model_argument(),
         click.option("-m", "--model", "target", metavar="TARGET", help="Target model (as MODEL: file, name or alias)."),
-        click.option("-d", "-md", "--draft", "--model-draft", "draft", metavar="DRAFT",
-                     help="Draft model (file, name or alias); 'mtp' or 'mtp:PATH': the target's MTP head."),
+        click.option("-d", "-md", "--draft", "--model-draft", "draft", metavar="DRAFT", multiple=True,
+                     callback=_all_drafts,
+                     help="Draft model (file, name or alias); 'mtp' or 'mtp:PATH': the target's MTP head. Twice "
+                          "for bench: two drafts (--drafter models); several for tune: each measured, the "
+                          "fastest kept."),
         click.option("--demo", is_flag=True, help="Use the built-in demo pair."),
         hardware_options(n_ctx=2048),
     ]):
@@ -230,6 +252,40 @@ def bench(**opts) -> int:
     return 0
 
 
+def _tune_cascade(opts: dict) -> int:
+    """`localspec tune --cascade`: calibrate and store the pair's cascade threshold."""
+    from ..bench import calibrate
+    from ..engine import RunSpec
+
+    models = _models(opts)
+    if not models.draft:
+        raise BadInput("--cascade needs a draft model: give -d DRAFT (or --demo)")
+    questions = calibrate.load_questions(opts["questions"])[:opts["limit"]]
+    from .progress import bar as progress_bar
+
+    bar = progress_bar(total=len(questions), desc="cascade", unit="question")
+    with _engine(opts, models, [RunSpec()]) as engine:
+        backend = engine.target_model.info.backend
+        result = calibrate.calibrate(engine, questions, tick=lambda _o: bar.update(1))
+    bar.close()
+    result |= {"target": models.target, "draft": models.draft, "backend": backend}
+    click.echo(calibrate.render(result))
+    if opts["json_out"]:
+        Path(opts["json_out"]).write_text(json.dumps(result, indent=1), encoding="utf-8")
+        click.echo(f"wrote {opts['json_out']}", err=True)
+    chosen = result["chosen"]
+    if chosen is None:
+        return 0
+    tuning.store(tuning.cascade_key(models.target, models.draft, backend),
+                 {"target": Path(models.target).name, "draft": models.draft_label, "backend": backend,
+                  "threshold": chosen["threshold"] if chosen else None, "questions": result["questions"],
+                  "target_accuracy": result["target_accuracy"], "chosen": chosen})
+    click.echo(f"stored for this pair on {backend}: cascade threshold {chosen['threshold']:g} "
+               f"({chosen['accuracy']:.1%} right vs {result['target_accuracy']:.1%} alone, "
+               f"{chosen['time_saved']:+.1%} time saved); `--cascade` without a value uses it")
+    return 0
+
+
 TUNE_CELLS = [benchmark.Setting("model", None), benchmark.Setting("model", 2), benchmark.Setting("model", 4),
               benchmark.Setting("model", 6), benchmark.Setting("model", 8),
               benchmark.Setting("model", None, p_min=0.5)]
@@ -242,6 +298,13 @@ TUNE_PROMPTS = ["code-1", "qa-1", "chat-1"]
 @click.option("--reset", is_flag=True, help="Forget stored settings (of this pair with -m/-d, else all).")
 @click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("-n", "n", type=click.IntRange(min=1), default=96, show_default=True, help="Tokens per run.")
+@click.option("--cascade", is_flag=True,
+              help="Calibrate the cascade instead: accuracy vs time saved at several thresholds on questions with "
+                   "known answers; stores the threshold that saves most within 2 points of the target's accuracy.")
+@click.option("--questions", metavar="FILE", default=None,
+              help="With --cascade: your own JSON lines of {\"q\": ..., \"a\": ...} (default: the shipped set).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="With --cascade: the first N questions.")
+@click.option("--json", "json_out", metavar="FILE", default=None, help="With --cascade: write the figures here.")
 def tune(**opts) -> int:
     """Find and store the fastest settings for a pair on this machine.
 
@@ -253,15 +316,27 @@ def tune(**opts) -> int:
     Examples:
       localspec tune -m qwen2.5-7b -d qwen2.5-0.5b
       localspec tune -m qwen3.6-27b -d mtp
+      localspec tune -m qwen2.5-7b -d qwen2.5-0.5b --cascade
       localspec tune --show
       localspec tune --reset
     """
     take_target(opts)
+    if opts["cascade"] and not (opts["show"] or opts["reset"]):
+        return _tune_cascade(opts)
     if opts["show"]:
         data = tuning.load()
         if not data:
             click.echo("no tuned settings yet: localspec tune -m TARGET -d DRAFT")
         for e in data.values():
+            if "candidates" in e:
+                click.echo(f"{e.get('target')} [{e.get('backend')}]: fastest draft {e.get('draft')} "
+                           f"({e['speedup']:.2f}x, of {len(e['candidates'])} measured {e.get('tuned_at')})")
+                continue
+            if "threshold" in e and "questions" in e:
+                th = f"{e['threshold']:g}"
+                click.echo(f"{e.get('target')} + {e.get('draft')} [{e.get('backend')}]: cascade threshold {th} "
+                           f"({e['questions']} questions, measured {e.get('tuned_at')})")
+                continue
             click.echo(f"{e['target']} + {e['draft']} [{e['backend']}]: {tuning.describe(e['settings'])} "
                        f"({e['speedup']:.2f}x measured {e['tuned_at']})")
         return 0
@@ -275,7 +350,33 @@ def tune(**opts) -> int:
             n = tuning.reset()
         click.echo(f"forgot {n} tuned setting{'s' if n != 1 else ''}")
         return 0
-    models = _models(opts, _drafters(opts | {"drafter": None}))
+    candidates = _draft_list()
+    if len(candidates) > 1:
+        return _tune_candidates(opts, candidates)
+    _tune_pair(opts, _models(opts, _drafters(opts | {"drafter": None})))
+    return 0
+
+
+def _tune_candidates(opts: dict, candidates: tuple[str, ...]) -> int:
+    """Several drafts for one target: each pair tuned and stored; the fastest said (and kept)."""
+    results = []
+    for d in candidates:
+        click.echo(f"== draft {d}", err=True)
+        models = _models(opts | {"draft": d}, ["model"])
+        results.append((d, models, *_tune_pair(opts, models)))
+    d, models, backend, speedup = max(results, key=lambda r: r[3])
+    for name, _m, _b, x in results:
+        click.echo(f"{name}: {x:.2f}x the target alone")
+    tuning.store(tuning.pair_key(models.target, None, backend) + "|best_draft",
+                 {"target": Path(models.target).name, "draft": Path(models.draft).name, "draft_path": models.draft,
+                  "backend": backend, "speedup": speedup, "candidates": [r[0] for r in results]})
+    click.echo(f"fastest draft for {Path(models.target).name}: {d} ({speedup:.2f}x); "
+               f"run it: localspec run -m {models.target} -d {models.draft}")
+    return 0
+
+
+def _tune_pair(opts: dict, models: _Models) -> tuple[str, float]:
+    """The compact sweep on one pair, its best stored; (backend, best speed-up)."""
     # A target drafting with its MTP head is tuned like a pair: the same cells, drafter mtp.
     cells = TUNE_CELLS if models.draft else [replace(c, drafter="mtp") for c in TUNE_CELLS]
     prompts = [p for p in benchmark.PROMPTS if p["id"] in TUNE_PROMPTS]
@@ -298,4 +399,4 @@ def tune(**opts) -> int:
                  {"target": Path(models.target).name, "draft": models.draft_label, "backend": backend,
                   "settings": settings, "speedup": speedup})
     click.echo(f"{note} ({speedup:.2f}x); stored for this pair on {backend}: {tuning.describe(settings)}")
-    return 0
+    return backend, speedup

@@ -11,6 +11,8 @@ from ..models.catalog import load_catalog
 from .main import cli
 from .options import (
     Pair,
+    cascade_option,
+    cascade_threshold,
     chosen_drafter,
     drafter_options,
     hardware_options,
@@ -87,6 +89,7 @@ def choose_models(target: str | None, opts: dict):
               help="Most tokens per answer.")
 @sampling_options(default_temp=0.8)
 @hardware_options()
+@cascade_option()
 @click.option("--save-dir", type=click.Path(file_okay=False), default=None,
               help="Where the comparison screen saves its JSON and Markdown (default: here).")
 def chat(target, model, **opts) -> None:
@@ -117,6 +120,7 @@ def chat(target, model, **opts) -> None:
         pair = prepared_demo_pair() if choice.demo else (choice.target, choice.draft)
         if pair is not None:   # `localspec tune`'s settings; flags win
             tuned = tuned_settings(opts, Pair(str(pair[0]), str(pair[1]), drafter))
+    opts["cascade"] = cascade_threshold(opts, choice.target, choice.draft)
     settings = run_spec(opts, drafter, tuned)
     from ..chat.session import ChatSession
     from ..tui.app import LocalspecApp

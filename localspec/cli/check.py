@@ -44,6 +44,14 @@ def _check_mtp(target: str, head: str | None, as_json: bool) -> int:
     return 0 if src is not None else 1
 
 
+def _size_advice(target: str, draft: str) -> dict | None:
+    """Whether the draft's size suits the target (1/10-1/20 of its parameters), and why."""
+    from ..models.advice import for_files
+
+    verdict = for_files(target, draft)
+    return None if verdict is None else {"suits": verdict[0], "why": verdict[1]}
+
+
 @cli.command()
 @click.argument("models", nargs=-1, metavar="[TARGET [DRAFT...]]")
 @click.option("-m", "--model", "target_opt", metavar="TARGET", help="Target model (instead of TARGET).")
@@ -84,13 +92,17 @@ def check(models: tuple[str, ...], target_opt: str | None, draft_opt: tuple[str,
             click.echo(json.dumps({"compatible": None, "error": str(exc)}))
         raise
     ok = all(r.compatible for r in reports)
+    sizes = [_size_advice(t, resolve_model(d, "draft")) for d in drafts]
     if as_json:
-        out = reports[0].to_dict() if len(reports) == 1 else {
-            "compatible": ok, "drafts": [{"path": d} | r.to_dict() for d, r in zip(drafts, reports)]}
+        dicts = [r.to_dict() | {"size_advice": a} for r, a in zip(reports, sizes)]
+        out = dicts[0] if len(reports) == 1 else {
+            "compatible": ok, "drafts": [{"path": d} | x for d, x in zip(drafts, dicts)]}
         click.echo(json.dumps(out, indent=2))
     else:
         for i, (d, r) in enumerate(zip(drafts, reports)):
             if len(reports) > 1:
                 click.echo(("\n" if i else "") + f"draft {i + 1} of {len(reports)}: {d}")
             click.echo(r.render())
+            if sizes[i] is not None:
+                click.echo(f"size: {'suits' if sizes[i]['suits'] else 'not the usual choice'}: {sizes[i]['why']}")
     return 0 if ok else 1

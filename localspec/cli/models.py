@@ -46,10 +46,13 @@ def list_models(as_json: bool, catalog: bool) -> None:
       localspec list --catalog
     """
     if catalog:
+        from ..models import advice
+
         cat = load_catalog()
         rows = [{"alias": m.alias, "family": m.family, "size": m.size, "repo": m.repo,
                  "quants": list(m.quants), "drafts": list(m.drafts), "hybrid": m.hybrid,
-                 "verified": m.unverified is None} for m in cat.models.values()]
+                 "verified": m.unverified is None, "mtp": m.mtp,
+                 "draft_advice": [a.to_dict() for a in advice.for_catalog(cat, m)]} for m in cat.models.values()]
         if as_json:
             click.echo(json.dumps(rows, indent=2))
             return
@@ -57,6 +60,12 @@ def list_models(as_json: bool, catalog: bool) -> None:
             drafts = f"  drafts: {', '.join(r['drafts'])}" if r["drafts"] else ""
             flag = "" if r["verified"] else "  (unverified)"
             click.echo(f"{r['alias']:20} {r['size']:>6}  {r['family']:14} {r['repo']}{drafts}{flag}")
+            suited = [a for a in r["draft_advice"] if a["suits"]]
+            if suited or r["mtp"]:
+                why = "; ".join(f"{a['alias']} (1/{1 / a['ratio']:.0f})" for a in suited)
+                mtp = "MTP head (--draft mtp)" + ("; " if why else "") if r["mtp"] else ""
+                click.echo(f"{'':22}suits: {mtp}{why}" + ("  [same tokenizer, 1/10-1/20 of its parameters]"
+                                                           if why else ""))
         return
     store = Store()
     models, pairs = store.models(), store.pairs()

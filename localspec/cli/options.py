@@ -32,7 +32,8 @@ _SAMPLING = SamplingConfig()
 # RunSpec field -> the flag that sets it
 FLAGS = {"temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p", "seed": "--seed",
          "draft_temperature": "--draft-temp", "draft_max": "--draft-max", "draft_min": "--draft-min",
-         "p_min": "--p-min", "max_tokens": "--max-tokens", "stop": "--stop", "drafter": "--drafter"}
+         "p_min": "--p-min", "max_tokens": "--max-tokens", "stop": "--stop", "drafter": "--drafter",
+         "cascade": "--cascade"}
 
 
 def resolve_model(arg: str, what: str) -> str:
@@ -90,6 +91,13 @@ def take_target(opts: dict) -> None:
         opts["target"] = arg
 
 
+class DraftArg(click.types.StringParamType):
+    """A draft argument; from an environment variable (LOCALSPEC_DRAFT) several are split on
+    ';', never on the spaces a path may hold."""
+
+    envvar_list_splitter = ";"
+
+
 def _drafts(ctx: click.Context, param, values) -> str | None:
     """``-d`` given up to twice: the first is ``draft``; a second is kept for :func:`second_draft`."""
     values = tuple(v for v in values or () if v)
@@ -105,11 +113,47 @@ def second_draft() -> str | None:
     return ctx.meta.get("localspec.draft2") if ctx else None
 
 
+TUNED_CASCADE = -1.0   # --cascade without a value: the pair's calibrated threshold, else the default
+
+
+def cascade_option():
+    """``--cascade [THRESHOLD]``: opt in to the draft model answering alone (not lossless)."""
+    from ..engine.spec import CASCADE_THRESHOLD as DEFAULT_THRESHOLD
+
+    return click.option(
+        "--cascade", type=float, is_flag=False, flag_value=TUNED_CASCADE, default=None, metavar="[THRESHOLD]",
+        help="CHANGES ANSWERS: the draft model answers alone and its answer is returned (marked as the draft's) "
+             "when its mean token probability is at least THRESHOLD (without one: the pair's threshold from "
+             f"`localspec tune --cascade`, else {DEFAULT_THRESHOLD}); below it the target answers.")
+
+
+def cascade_threshold(opts: dict, target: str | None, draft: str | None, *, quiet: bool = False) -> float | None:
+    """The threshold ``--cascade`` asks for: its value, or for a bare ``--cascade`` the one
+    `localspec tune --cascade` stored for this pair and backend (else the default)."""
+    value = opts.get("cascade")
+    if value != TUNED_CASCADE:
+        return value
+    from ..engine.spec import CASCADE_THRESHOLD as DEFAULT_THRESHOLD
+
+    if target and draft:
+        from ..bench import tuning
+        from ..engine.backend import backend_name
+
+        gl = opts.get("gpu_layers")
+        entry = tuning.lookup_cascade(target, draft, backend_name(gl if gl is not None else -1))
+        if entry and entry.get("threshold") is not None:
+            if not quiet:
+                click.echo(f"localspec: cascade threshold {entry['threshold']:g} calibrated for this pair "
+                           "(`localspec tune --cascade`)", err=True)
+            return float(entry["threshold"])
+    return DEFAULT_THRESHOLD
+
+
 def drafter_options():
     """How to draft: a draft model (or two), prompt lookup, or not at all."""
     return _opts(
         click.option("-d", "-md", "--draft", "--model-draft", "draft", metavar="DRAFT", multiple=True,
-                     callback=_drafts,
+                     type=DraftArg(), callback=_drafts,
                      help="Draft model (a .gguf, local name or pulled alias) with the target's tokenizer; "
                           "'mtp' drafts with the target's own MTP head (embedded, or a sibling "
                           "mtp-*.gguf), 'mtp:PATH' with the MTP head in PATH. Twice (-d SMALL -d LARGE): "
@@ -224,6 +268,8 @@ def run_spec(opts: dict, drafter: DrafterKind, tuned: dict | None = None) -> Run
                   max_tokens=opts["max_tokens"], stop=tuple(opts.get("stop") or ()))
     if tuned:
         values.update(tuned)
+    if opts.get("cascade") is not None:
+        values["cascade"] = opts["cascade"]
     return validated(RunSpec.of(**values))
 
 
@@ -289,6 +335,7 @@ def prepare(opts: dict) -> tuple[EngineConfig, RunSpec]:
     """Everything `run` and `compare` need before loading: the models and the RunSpec."""
     pair = resolve_pair(opts)
     tuned = tuned_settings(opts, pair) if pair.drafter in (DrafterKind.MODEL, DrafterKind.MTP) else None
+    opts["cascade"] = cascade_threshold(opts, pair.target, pair.draft)
     spec = run_spec(opts, pair.drafter, tuned)
     return engine_config(opts, pair, spec), spec
 

@@ -22,6 +22,16 @@ def _describe(plan: puller.PullPlan) -> list[str]:
     return lines
 
 
+def _advice(target: str) -> list[str] | None:
+    """Which drafts suit a catalog target, and why (None for a target not in the catalog)."""
+    from ..models import advice
+    from ..models.catalog import load_catalog
+
+    cat = load_catalog()
+    model = cat.models.get(target.strip().lower())
+    return advice.lines(cat, model) if model is not None else None
+
+
 @cli.command()
 @click.argument("target")
 @click.option("--draft", "draft", metavar="SIZE|ALIAS|REPO|mtp", help="Draft: a size in the target's family "
@@ -52,6 +62,9 @@ def pull(target, draft, no_draft, quant, draft_quant, dry_run, force, as_json) -
     res = puller.resolve(target, draft, no_draft=no_draft)   # the catalog decides first, offline
     for note in res.notes:
         say(f"note: {note}")
+    advice = _advice(target) if draft is None else None
+    for line in advice or ():
+        say(f"advice: {line}")
     plan = puller.plan_pull(res, quant=quant, draft_quant=draft_quant)
     for line in _describe(plan):
         say(line)
@@ -72,7 +85,8 @@ def pull(target, draft, no_draft, quant, draft_quant, dry_run, force, as_json) -
                        "file": plan.mtp_item.files[0].path if plan.mtp_item else None} if plan.mtp else None),
               "files": [{"repo": f.repo, "path": f.path, "size": f.size} for i in plan.items for f in i.files],
               "compatible": report.compatible if report else None, "header_bytes": plan.header_bytes,
-              "total_bytes": plan.total_bytes, "missing_bytes": plan.missing_bytes, "dry_run": dry_run}
+              "total_bytes": plan.total_bytes, "missing_bytes": plan.missing_bytes, "dry_run": dry_run,
+              "draft_advice": advice}
     if dry_run:
         say("dry run: nothing downloaded")
         if as_json:

@@ -37,3 +37,13 @@ def memory_line(s: Summary) -> str:
             f"({s.checkpoint_size / 1024:.0f} KB each, {s.checkpoint_bytes / 1e6:.1f} MB copied), "
             f"{s.rollbacks} rollbacks, {s.redecoded_tokens} tokens decoded again, "
             f"{s.checkpoint_seconds * 1000:.1f} ms")
+
+
+def cascade_line(s: Summary, threshold: float | None) -> str:
+    """Who answered a cascaded request, labelled: the draft's answer is not the target's."""
+    conf = s.cascade_confidence or 0.0
+    if s.answered_by == "draft":
+        return (f"answered by the DRAFT model (cascade: confidence {conf:.2f} >= {threshold:g}); "
+                "not the target's output")
+    return (f"answered by the target (cascade: the draft's confidence {conf:.2f} < {threshold:g}; "
+            f"its answer took {s.cascade_seconds:.2f} s and served as a first draft)")

@@ -10,11 +10,12 @@ import click
 from ..engine import Done, PolicyNote, TextChunk, Token
 from . import render
 from .main import cli
-from .options import generation_options, prepare, prompt_tokens, read_prompt
+from .options import cascade_option, generation_options, prepare, prompt_tokens, read_prompt
 
 
 @cli.command()
 @generation_options(default_temp=0.8)
+@cascade_option()
 def run(**opts) -> None:
     """Generate from a prompt with a target and a drafter.
 
@@ -47,6 +48,7 @@ def run(**opts) -> None:
             click.echo(json.dumps({
                 "text": done.text,
                 "token_ids": list(done.token_ids),
+                "answered_by": s.answered_by or "target",
                 "stop_reason": done.stop_reason.value,
                 "message": done.message,
                 "stats": s.to_dict(),
@@ -62,6 +64,8 @@ def run(**opts) -> None:
             click.echo(f"localspec: {done.message}", err=True)
         info = engine.describe()
         click.echo(f"--- {render.speed_line(s)}", err=True)
+        if s.answered_by:
+            click.echo(f"--- {render.cascade_line(s, spec.cascade)}", err=True)
         click.echo(f"--- {render.draft_line(s)}; backend {info['target']['backend']}", err=True)
         if done.policy.get("adaptive"):
             click.echo(f"--- {render.policy_line(s)}", err=True)

@@ -16,6 +16,8 @@ from ..engine import DrafterKind, RunSpec
 from ..errors import BadInput
 from .main import cli
 from .options import (
+    cascade_option,
+    cascade_threshold,
     drafter_options,
     engine_config,
     hardware_options,
@@ -81,6 +83,7 @@ def _model_id(opts: dict, target_path: str) -> str:
                    "their browser.")
 @sampling_options()
 @hardware_options()
+@cascade_option()
 @click.option("--tui", is_flag=True, help="Watch the server in the terminal app (queue, speed, acceptance).")
 @click.option("--quiet", is_flag=True, help="No per-request log lines (errors still).")
 def serve(**opts) -> None:
@@ -111,6 +114,7 @@ def serve(**opts) -> None:
     tuned = None
     if pair.drafter is DrafterKind.MODEL:
         tuned = tuned_settings(opts, pair)
+    opts["cascade"] = cascade_threshold(opts, pair.target, pair.draft)
     base = run_spec(opts | {"max_tokens": RunSpec.max_tokens}, pair.drafter, tuned)
     if opts["host"] not in _LOOPBACK and not opts["api_key"]:
         click.echo(f"localspec: warning: listening on {opts['host']} without --api-key: anyone who can "

@@ -255,7 +255,7 @@ class BatchRunner:
     @staticmethod
     def supports(spec: RunSpec) -> bool:
         """Whether a run of ``spec`` can take a slot (else it needs :meth:`Engine.run`)."""
-        return spec.drafter in BATCHED and spec.grammar is None
+        return spec.drafter in BATCHED and spec.grammar is None and spec.cascade is None
 
     @property
     def busy(self) -> int:

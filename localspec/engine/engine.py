@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import BadInput, IncompatiblePair
+from . import cascade
 from .backend import CACHE_TYPES, Context, Model, default_threads
 from .chain import ChainDrafter
 from .compat import check_files
@@ -206,6 +207,9 @@ class Engine:
         """Stream the events of one generation; the last is ``Done``, which carries the
         drafting policy's estimates and decisions."""
         spec.validate()
+        if spec.cascade is not None:
+            yield from self._cascade(prompt_tokens, spec, cancel)
+            return
         gen = self._generator(spec.drafter)
         with self._lock:
             if self.mtp_ctx is not None:   # the head follows the target's decodes only while it drafts
@@ -221,6 +225,14 @@ class Engine:
                 learned = policy.learned()
                 if learned:
                     self._keep(spec.drafter, learned)
+
+    def _cascade(self, prompt_tokens: list[int], spec: RunSpec, cancel: threading.Event | None) -> Iterator[Event]:
+        """The draft model answers first; the target only below the threshold (see cascade.py)."""
+        if self.draft_ctx is None:
+            raise BadInput("a cascade needs a draft model: give -d DRAFT")
+        with self._lock:
+            self._settle_draft()
+            yield from cascade.run(self.target_ctx, self.draft_ctx, prompt_tokens, spec, cancel)
 
     def policy(self, spec: RunSpec):
         """The drafting policy for one generation of ``spec``, seeded with what this pair learned."""

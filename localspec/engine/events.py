@@ -118,6 +118,12 @@ class Summary:
     restarts: int = 0                    # sequences decoded again from the start
     redecoded_tokens: int = 0            # accepted tokens the target decoded a second time
     stop_reason: str = ""
+    # With a cascade (RunSpec.cascade): "draft" (the draft model's answer, not the target's) or
+    # "target"; "" without one. The draft's confidence (mean token probability) and the time its
+    # answer took (counted in generation_seconds either way).
+    answered_by: str = ""
+    cascade_confidence: float | None = None
+    cascade_seconds: float = 0.0
     drafter: str = ""
     k_max: int = 0
     seed: int | None = None

@@ -16,6 +16,8 @@ from enum import Enum
 from ..errors import BadInput
 from .sampling_config import SamplingConfig
 
+CASCADE_THRESHOLD = 0.8   # a cascade's default mean token probability (calibrate: `localspec tune --cascade`)
+
 
 class DrafterKind(str, Enum):
     """Where draft tokens come from."""
@@ -77,6 +79,9 @@ class RunSpec:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     grammar: str | None = None         # GBNF (start rule "root") every emitted token must follow
+    # Not lossless, opt-in: the draft model answers alone and its answer is returned when its
+    # mean token probability is at least this (engine/cascade.py); None: off.
+    cascade: float | None = None
 
     def __post_init__(self):
         # Accept plain strings and lists from callers; the spec itself stays immutable.
@@ -102,6 +107,8 @@ class RunSpec:
             raise SpecError("stop", "must be strings")
         if any(s == "" for s in self.stop):
             raise SpecError("stop", "strings must not be empty")
+        if self.cascade is not None and not (_finite(self.cascade) and 0.0 < self.cascade <= 1.0):
+            raise SpecError("cascade", f"must be a confidence in (0, 1] (got {self.cascade})")
         if self.grammar is not None and not (isinstance(self.grammar, str) and self.grammar.strip()):
             raise SpecError("grammar", "must be GBNF text (got an empty or non-text value)")
         s = self.sampling
@@ -138,7 +145,8 @@ class RunSpec:
             k = f"adaptive K {self.draft_min}-{self.draft_max}" if self.adaptive else f"fixed K {self.draft_max}"
             drafting = f"{self.drafter.label}, {k}"
         temp = "greedy" if self.sampling.greedy else f"temp {self.sampling.temperature:g}"
-        return f"{drafting} · {temp} · max {self.max_tokens} tokens"
+        cascade = f" · cascade at {self.cascade:g} (answers may be the draft's)" if self.cascade is not None else ""
+        return f"{drafting} · {temp} · max {self.max_tokens} tokens{cascade}"
 
     def to_dict(self) -> dict:
         out = asdict(self)

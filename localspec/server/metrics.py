@@ -66,6 +66,8 @@ class Metrics:
         self.per_token = Histogram("localspec_time_per_output_token_seconds", "Generation time per token: "
                                    "each round's time divided over the tokens it emitted, every token counted.",
                                    buckets=TOKEN_BUCKETS, registry=r)
+        self.cascade = Counter("localspec_cascade_answers", "Cascaded requests by who answered: 'draft' (the "
+                               "draft model's answer, not the target's) or 'target'.", ["answered_by"], registry=r)
         self._pos: list[tuple] = []    # (drafted child, accepted child, rate child, drafted n, accepted n)
 
     # -- fed by the scheduler's worker ------------------------------------------------
@@ -91,6 +93,11 @@ class Metrics:
                     row[1].inc()
                     row[4] += 1
                 row[2].set(row[4] / row[3])
+
+    def answered(self, s) -> None:
+        """A finished request's Summary: who answered, with a cascade."""
+        if s.answered_by:
+            self.cascade.labels(s.answered_by).inc()
 
     def prompt_done(self, n_prompt: int, n_cached: int) -> None:
         self.prompt.inc(n_prompt - n_cached)

@@ -28,6 +28,15 @@ def usage(s: Summary) -> dict:
             "prompt_tokens_details": {"cached_tokens": s.n_cached}}
 
 
+def answered_by(s: Summary) -> dict:
+    """With a cascade, who answered: ``{"localspec": {"answered_by": "draft" | "target", ...}}``
+    ("draft": the draft model's answer, not the target's); nothing without one."""
+    if not s.answered_by:
+        return {}
+    return {"localspec": {"answered_by": s.answered_by, "cascade_confidence": s.cascade_confidence,
+                          "cascade_seconds": round(s.cascade_seconds, 4)}}
+
+
 def timings(s: Summary) -> dict:
     """llama-server's ``timings``: prompt_n counts the prompt tokens decoded (cache_n were reused)."""
     prompt_n = s.n_prompt - s.n_cached
@@ -73,7 +82,7 @@ class Shape:
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason(reason)}
             out = self._base("text_completion")
-        return out | {"choices": [choice], "usage": usage(s), "timings": timings(s)}
+        return out | {"choices": [choice], "usage": usage(s), "timings": timings(s)} | answered_by(s)
 
     # -- streaming ----------------------------------------------------------------------
     def chunk(self, text: str | None = None, *, role: bool = False, reason: StopReason | None = None,
@@ -94,6 +103,7 @@ class Shape:
             out["usage"] = None
         if s is not None:
             out["timings"] = timings(s)
+            out |= answered_by(s)
         return sse(out)
 
     # -- what app's streaming and whole answers call (llama.Native has the same) ------------

@@ -217,6 +217,7 @@ class Scheduler:
                     live.prompt(ev.n_tokens, ev.n_cached)
                 elif kind is Done:
                     done = ev
+                    m.answered(ev.summary)
             outcome, last = _OUTCOME.get(done.stop_reason) or job.cancel_reason or "cancelled", done
         except LocalspecError as exc:    # e.g. a prompt the engine cannot take
             outcome, last = "bad_request", ApiError(400, str(exc))

@@ -59,9 +59,9 @@ _LLAMA_TUNING = {"dynatemp_exponent": "dynatemp_range", "xtc_threshold": "xtc_pr
                  "dry_sequence_breakers": "dry_multiplier", "mirostat_tau": "mirostat", "mirostat_eta": "mirostat"}
 
 # The fields every generating endpoint honours, besides the prompt's own field.
-_HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "max_tokens", "max_completion_tokens",
-             "n_predict", "cache_prompt", "id_slot", "samplers", "user", "parallel_tool_calls", "response_format",
-             "tools", "tool_choice", "grammar", "json_schema",
+_HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "localspec", "max_tokens",
+             "max_completion_tokens", "n_predict", "cache_prompt", "id_slot", "samplers", "user",
+             "parallel_tool_calls", "response_format", "tools", "tool_choice", "grammar", "json_schema",
              *SAMPLING}
 
 # The prompt's field of each endpoint ("completion" is llama-server's native /completion).
@@ -222,6 +222,8 @@ def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tup
         values["stop"] = (stop,) if isinstance(stop, str) else tuple(stop) if isinstance(stop, list) else (stop,)
     spec_values, names = _speculative(speculative_fields(body), base, drafters)
     values.update(spec_values)
+    values.update(_localspec_fields(body.get("localspec"), drafters))
+    names.setdefault("cascade", "localspec.cascade")
     try:
         spec = base.with_(**values)
         return spec.validate()
@@ -321,6 +323,27 @@ def _speculative(spec: dict | None, base: RunSpec, drafters: tuple[DrafterKind, 
                                 "(use \"ngram\" or \"none\")", param="speculative.drafter")
         out["drafter"] = kind
     return out, names
+
+
+def _localspec_fields(obj, drafters: tuple[DrafterKind, ...]) -> dict:
+    """localspec's own request settings: ``{"cascade": THRESHOLD}`` (opt-in, not lossless: the
+    draft model's answer is returned when its confidence is at least THRESHOLD; null: off)."""
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        raise ApiError(400, "localspec must be an object", param="localspec")
+    for key in obj:
+        if key != "cascade":
+            raise ApiError(400, f"localspec.{key} is not a localspec setting (known: cascade)",
+                           param=f"localspec.{key}")
+    if "cascade" not in obj:
+        return {}
+    value = obj["cascade"]
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ApiError(400, "localspec.cascade must be a number in (0, 1] or null", param="localspec.cascade")
+    if value is not None and DrafterKind.MODEL not in drafters:
+        raise ApiError(400, "localspec.cascade: no draft model is loaded on this server", param="localspec.cascade")
+    return {"cascade": None if value is None else float(value)}
 
 
 def template_error(exc: LocalspecError) -> ApiError:

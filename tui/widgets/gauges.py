@@ -200,6 +200,10 @@ class DraftingCard(Card):
 
     def _write_policy(self, out: Lines) -> None:
         st, width = self.stats, max(out.width, 10)
+        if st.answered_by == "draft":   # a cascade's answer: the draft's, not the target's
+            out.add("◆ DRAFT ANSWER (cascade): not the target's output\n", "warn")
+        elif st.answered_by == "target":
+            out.add("◆ cascade: the target answered\n", "muted")
         reason = st.policy_reason
         if st.drafting:
             head = "● drafting on"

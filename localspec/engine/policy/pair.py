@@ -5,11 +5,12 @@ larger draft costs more a token and holds up there. Each has its own
 :class:`AdaptivePolicy` (its K, its costs, its acceptance, its pauses), and the pair routes
 every round to the draft whose expected tokens per second are higher. The draft in use is
 measured every round; the idle one's acceptance is only what it was when it last drafted,
-so the pair tries it again, one round, when its evidence, thinned by the rounds since
-(``route_rounds`` a half-life), could make it the faster one. A try that fails doubles the
+so the pair tries it again, for ``route_try`` rounds, when its evidence, thinned by the
+rounds since (``route_rounds`` a half-life) and read optimistically, could make it the
+faster one, its catch-up on the tokens it missed priced in. A try that fails doubles the
 gap to the next (up to ``route_max`` rounds): where one draft is clearly better, the other
 is rarely tried. A shift in the acceptance of the draft in use (the text changed) makes
-the idle one worth a try at once.
+the idle one due for a try at once. The draft in use when an answer ends starts the next.
 """
 
 from __future__ import annotations
@@ -143,12 +144,10 @@ class PairPolicy:
         return k
 
     def _choose(self, use: str, idle: str) -> str:
-        """The draft in use, unless the idle one is expected clearly faster (switch), or its
-        thinned evidence could make it so and a try is due (one round). A try is due after
-        ``gap`` rounds for an idle draft no dearer a token than the one in use; a dearer one
-        only when it was never measured or the text changed under the draft in use (its
-        acceptance shifted): on steady text the cheaper draft's own acceptance says when
-        it fails."""
+        """The draft in use, unless the idle one is expected clearly faster (switch), or a
+        try is due (``gap`` rounds since it drafted) and its thinned evidence, read
+        optimistically, could make it so (or it was never measured): then ``route_try``
+        rounds of it, judged after the last."""
         p = self.p
         mine, other = self.policies[use], self.policies[idle]
         r_use = best_rate(mine)
