@@ -291,11 +291,13 @@ class MtpDrafter(ReadsInline):
 
 
 def open_mtp_head(target: Model, mtp_file: str | None, *, n_ctx: int, threads: int, n_batch: int,
-                  cache_type: int, gpu_layers: int | None) -> tuple[Model | None, MtpContext]:
+                  cache_type: int, gpu_layers: int | None,
+                  rpc: tuple[str, ...] = ()) -> tuple[Model | None, MtpContext]:
     """The MTP context for ``target``: on its own weights (loaded with ``load_mtp``) or on a
-    separate MTP GGUF, which is loaded here and returned with it."""
+    separate MTP GGUF, which is loaded here (on the workers ``rpc``, if any) and returned
+    with it."""
     if mtp_file:
-        model = Model(mtp_file, gpu_layers=gpu_layers, load_mtp=True)
+        model = Model(mtp_file, gpu_layers=gpu_layers, load_mtp=True, rpc=rpc)
         if model.n_layer_nextn <= 0:
             model.close()
             raise BadInput(f"{mtp_file}: carries no MTP (nextn) layers")
