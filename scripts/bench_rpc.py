@@ -173,7 +173,7 @@ def main(argv=None) -> int:
         local = Engine(EngineConfig(**cfg))
         remote = Engine(EngineConfig(**cfg, rpc=(endpoint,)))
         engines = {"local": local, "rpc": remote}
-        prompts = [local.tokenize(p) for p in PROMPTS[:args.prompts]]
+        prompts = [local.tokenize(p["prompt"]) for p in PROMPTS[:args.prompts]]
         results = []
         identical = True
         for delay in args.delays:
