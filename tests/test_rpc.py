@@ -163,6 +163,39 @@ def test_run_json_shows_layers_and_info_lists_devices(workers, tiny_target):
     assert device["total_bytes"] > 0 and device["free_bytes"] > 0
 
 
+def test_gpu_layers_keep_the_rest_here(workers, tiny_target, local_outputs):
+    with engine(tiny_target, rpc_at=[workers[0].endpoint], gpu_layers=1) as e:
+        assert generate(e, DrafterKind.NONE) == local_outputs[DrafterKind.NONE]
+        target = e.devices()["target"]
+    assert target["CPU"]["endpoint"] is None and target["CPU"]["layers"]   # the first layers here
+    (remote,) = [d for d in target.values() if d["endpoint"]]
+    assert remote["layers"] == "output"   # -ngl 1: only the output layer on the worker
+
+
+def test_compare_bench_and_chat_take_rpc(workers, tiny_target, tiny_draft, tmp_path):
+    w = workers[0].endpoint
+    r = run_cli("compare", "-m", str(tiny_target), "-d", str(tiny_draft), "-p", PROMPT, "-n", "16",
+                "--threads", "1", "--rpc", w, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["identical"] is True
+    r = run_cli("bench", "-m", str(tiny_target), "-d", str(tiny_draft), "--draft-max", "2", "--runs", "1",
+                "-n", "8", "--threads", "1", "--rpc", w, "--out", str(tmp_path / "b.json"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "b.json").read_text())
+    for command in ("tune", "serve", "chat"):
+        assert "--rpc HOST:PORT" in run_cli(command, "--help").stdout
+
+    from localspec.chat.session import ChatSession, ModelChoice
+
+    session = ChatSession(ModelChoice(target=str(tiny_target), draft=str(tiny_draft), n_ctx=256, rpc=(w,)))
+    try:
+        summary = session.load()
+    finally:
+        session.close()
+    assert w in summary.target.devices and summary.target.backend.startswith("RPC")
+    assert summary.draft.devices == ""   # the draft stays here
+
+
 # -- failures -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, match", [
