@@ -307,3 +307,18 @@ def test_worker_killed_mid_answer_server_502_and_keeps_serving(rpc_build, slow_p
         if proc.poll() is None:
             proc.kill()
     assert "Traceback" not in err
+
+
+def test_models_panel_shows_which_device_holds_which_layers():
+    from localspec.chat.session import ModelCard
+    from localspec.tui.widgets.gauges import Lines
+    from localspec.tui.widgets.model_panel import ModelsCard
+
+    card = ModelCard(role="target", name="big.gguf", description="llama 1B F16", quant="F16", size_bytes=1 << 30,
+                     n_params=10**9, n_layer=24, gpu_layers=24, backend="RPC+CPU", path="/m/big.gguf",
+                     devices="RPC0 10.0.0.2:50052 0-11 · RPC1 10.0.0.3:50052 12-23,output")
+    out = Lines(60)
+    ModelsCard()._model(out, card)
+    text = "\n".join("".join(part for part, _ in line) for line in out.lines())
+    assert "RPC0 10.0.0.2:50052 0-11" in text and "RPC1 10.0.0.3:50052 12-23,output" in text
+    assert "layers on GPU" not in text
