@@ -233,6 +233,13 @@ def test_build_without_rpc_says_how_to_reinstall(tiny_target, monkeypatch):
 def test_worker_warns_off_loopback_and_refuses_names(rpc_build):
     r = run_cli("worker", "--host", "localhost")
     assert r.returncode == 2 and "give an IPv4 address" in r.stderr
+    r = run_cli("worker", "--device", "NOPE0")
+    assert r.returncode == 2 and "--device NOPE0: not a device here (this machine has CPU" in r.stderr, r.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        r = run_cli("worker", "--port", str(taken.getsockname()[1]))
+    assert r.returncode == 2 and "cannot listen on 127.0.0.1" in r.stderr, r.stderr
     w = Worker("--host", "0.0.0.0")
     rc, err = w.stop()
     assert rc == 0 and "no authentication" in err and "stopped" in err, err
