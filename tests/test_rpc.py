@@ -121,6 +121,8 @@ def test_greedy_over_rpc_is_the_local_output(workers, tiny_target, tiny_draft, l
         for kind, want in local_outputs.items():
             assert generate(e, kind) == want, kind
         devices = e.describe()["devices"]
+        layout = e.memory.backend   # what the learned costs are keyed by: this layout, not "CPU"
+    assert layout.startswith("RPC+CPU|") and all(f"{ep}=" in layout for ep in endpoints)
     target = devices["target"]
     assert {d["endpoint"] for d in target.values()} == set(endpoints)   # every worker holds layers
     assert "output" in ",".join(d["layers"] for d in target.values())
