@@ -2,6 +2,7 @@
 """Run the adaptive drafting policy against every fixed setting in simulated scenarios.
 
     python scripts/simulate_policy.py --scenarios scripts/policy_scenarios.json --seeds 5 --json
+    python scripts/simulate_policy.py --scenarios scripts/two_draft_scenarios.json --seeds 5   # two drafts
 
 Deterministic: the same scenarios, seeds and parameters give the same figures on any
 machine. ``--params '{"shift_z": 1e9}'`` runs with parameters changed (to see what a
@@ -14,6 +15,7 @@ import argparse
 import json
 import sys
 
+from localspec.bench import simulate_drafts
 from localspec.bench.simulate import ablate, load, params_with, report
 from localspec.errors import BadInput
 
@@ -37,10 +39,14 @@ def main(argv: list[str] | None = None) -> int:
             overrides = json.loads(a.params)
         except ValueError as e:
             raise BadInput(f"--params is not JSON: {e}") from None
+        params = params_with(overrides) if overrides else None
+        two = simulate_drafts.load(a.scenarios)
+        if two is not None:
+            return _two_drafts(simulate_drafts.report(two, a.seeds, params, a.cold), a.table)
         if a.ablate:
             print(json.dumps(ablate(load(a.scenarios), a.seeds), indent=1))
             return 0
-        out = report(load(a.scenarios), a.seeds, params_with(overrides) if overrides else None, a.cold)
+        out = report(load(a.scenarios), a.seeds, params, a.cold)
     except BadInput as e:
         print(f"simulate_policy: {e}", file=sys.stderr)
         return 2
@@ -53,6 +59,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nmin {out['min_default_over_best']:.3f}, median {out['median_default_over_best']:.3f}")
     else:
         print(json.dumps(out, indent=1))
+    return 0
+
+
+def _two_drafts(out: dict, table: bool) -> int:
+    if not table:
+        print(json.dumps(out, indent=1))
+        return 0
+    print("| scenario | both tok/s | small alone | large alone | target alone | both / better single |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in out["scenarios"]:
+        st = r["settings"]
+        print(f"| {r['name']} | {st['both']:.1f} | {st['small']:.1f} | {st['large']:.1f} | {st['target']:.1f} "
+              f"| {r['both_over_better_single']:.3f} |")
+    print(f"\nmin {out['min_both_over_better_single']:.3f}")
     return 0
 
 

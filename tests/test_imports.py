@@ -1,6 +1,6 @@
 """Commands that never run a model do not load llama.cpp: `localspec --help`, a command's
 help and `localspec list` answer without importing llama_cpp (its import alone takes a
-good part of a second); the engine's names load on first use."""
+good part of a second) or numpy; the engine's names load on first use."""
 
 import json
 import os
@@ -23,7 +23,7 @@ PROBE = textwrap.dedent("""
             main(sys.argv[1:])
     except SystemExit as exc:
         code = exc.code
-    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("llama_cpp", "textual", "huggingface_hub"))
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("llama_cpp", "textual", "huggingface_hub", "numpy"))
     print(json.dumps({"code": code, "out": out.getvalue(), "loaded": loaded}))
 """)
 
@@ -43,6 +43,7 @@ def test_commands_that_run_no_model_load_no_llama_cpp(tmp_path, args):
     assert got["out"], "the command printed nothing"
     assert not [m for m in got["loaded"] if m.startswith("llama_cpp")], got["loaded"]
     assert not [m for m in got["loaded"] if m.startswith("textual")], got["loaded"]
+    assert not [m for m in got["loaded"] if m.startswith("numpy")], got["loaded"]   # ~0.15 s to import
 
 
 def test_help_lists_every_command(tmp_path):

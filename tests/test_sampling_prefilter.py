@@ -48,6 +48,30 @@ def test_near_ties_at_the_top_p_boundary():
         np.testing.assert_allclose(got, want, atol=1e-9)
 
 
+def test_a_full_vocabulary_decision_sorts_only_the_kept_prefix():
+    """At a 152K vocabulary: the top token's share right at top-p (only the whole row's
+    normaliser decides), a flat row whose kept set spans thousands of tokens, and ties at a
+    level the prefix search stops at: each exactly the brute-force chain."""
+    rng = np.random.default_rng(11)
+    n = 151936
+    rows = []
+    for share in (0.9502, 0.9498):
+        x = (rng.standard_normal(n) * 2.0 - 20.0).astype(np.float32)
+        rest = float(np.exp(x.astype(np.float64)).sum())
+        x[17] = np.float32(np.log(share / (1.0 - share) * rest))
+        rows.append(x)
+    rows.append((rng.standard_normal(n) * 0.5).astype(np.float32))
+    tied = (rng.standard_normal(n) * 3.0).astype(np.float32)
+    tied[rng.choice(n, 500, replace=False)] = tied.max() - 4.0
+    rows.append(tied)
+    for x in rows:
+        for top_p in (0.95, 0.5):
+            cfg = SamplingConfig(temperature=0.7, top_k=0, top_p=top_p, min_p=0.0)
+            got = distribution(x, cfg)
+            want = brute_force(x.astype(np.float64), 0, top_p, 0.0, 0.7)
+            np.testing.assert_allclose(got.dense(n), want, atol=1e-9)
+
+
 def test_residual_stays_sparse_and_exact():
     """The rejection residual of two truncated distributions uses only p's support, and a
     draft id past the target's vocabulary is always rejected."""

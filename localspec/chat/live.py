@@ -56,6 +56,7 @@ class LiveStats:
     cached_tokens: int = 0
     prompt_seconds: float = 0.0
     ttft: float | None = None     # seconds from the start to the first token
+    by_drafter: tuple[tuple[str, int, int], ...] = ()   # (drafter, drafted, accepted), two drafts' apart
 
     @property
     def acceptance(self) -> float | None:
@@ -167,4 +168,5 @@ class Accumulator:
         r = self.rounds.s
         return LiveStats(elapsed=elapsed, rate=rate, history=tuple(self._history), steps=r.steps,
                          drafting_steps=self.rounds.rounds_drafting, drafted=r.drafted, accepted=r.accepted,
-                         draft_seconds=r.draft_seconds, verify_seconds=r.verify_seconds, **s)
+                         draft_seconds=r.draft_seconds, verify_seconds=r.verify_seconds,
+                         by_drafter=tuple((n, d["drafted"], d["accepted"]) for n, d in r.by_drafter.items()), **s)

@@ -35,6 +35,7 @@ class ModelChoice:
     target_name: str | None = None   # how the user knows them (store names), for display
     draft_name: str | None = None
     mtp_file: str | None = None      # the target's MTP head file (--draft mtp:PATH); None: find it
+    draft2: str | None = None        # a second draft model (drafter "models")
     rpc: tuple[str, ...] = ()        # RPC workers for the target's layers (EngineConfig.rpc)
     rpc_draft: bool = False
     tensor_split: tuple[float, ...] | None = None
@@ -44,7 +45,8 @@ class ModelChoice:
             return "demo pair (SmolLM2-135M-Instruct F16 + Q4_1)"
         t = self.target_name or (Path(self.target).name if self.target else "?")
         if self.draft:
-            return f"{t} + {self.draft_name or Path(self.draft).name}"
+            extra = f" + {Path(self.draft2).name}" if self.draft2 else ""
+            return f"{t} + {self.draft_name or Path(self.draft).name}{extra}"
         return t
 
 
@@ -80,6 +82,7 @@ class ModelSummary:
     n_ctx: int
     threads: int
     mtp: str | None = None           # where the MTP head is, when the drafter is MTP
+    draft2: ModelCard | None = None  # the second draft model, when two are loaded
 
 
 _FTYPE_NAMES: dict[int, str] | None = None
@@ -164,9 +167,12 @@ class ChatSession:
             if drafter.uses_model and not choice.draft:
                 raise BadInput("this choice has no draft model: pick a pair in the models screen, "
                                "or choose n-gram or no drafting in the settings")
+            if drafter is DrafterKind.MODELS and not choice.draft2:
+                raise BadInput("two draft models are needed: start `localspec chat TARGET -d SMALL -d LARGE`")
             head = self.mtp_source(choice) if drafter is DrafterKind.MTP else None
             config = EngineConfig(
                 target=choice.target, draft=choice.draft if drafter.uses_model else None,
+                draft2=choice.draft2 if drafter.uses_model else None,
                 mtp=head is not None, mtp_file=head.file if head is not None else None,
                 n_ctx=choice.n_ctx, threads=choice.threads, gpu_layers=choice.gpu_layers,
                 gpu_layers_draft=choice.gpu_layers_draft, cache_type=choice.cache_type,
@@ -189,6 +195,9 @@ class ChatSession:
         if getattr(engine, "draft_model", None) is not None:
             d_name = choice.draft_name or names.get(str(Path(choice.draft)))
             draft = card("draft", engine.draft_model, d_name)
+        draft2 = None
+        if getattr(engine, "draft2_model", None) is not None:
+            draft2 = card("draft 2", engine.draft2_model, names.get(str(Path(choice.draft2))))
         report = getattr(engine, "compat", None)
         if report is not None:
             compat, ok = report.summary(), report.compatible
@@ -203,7 +212,7 @@ class ChatSession:
         head = None if mtp is None else ("embedded in the target" if mtp["embedded"] else Path(mtp["path"]).name)
         return ModelSummary(target=target, draft=draft, drafter=drafter.value, compat=compat, compatible=ok,
                             n_ctx=int(desc.get("n_ctx", choice.n_ctx)), threads=int(desc.get("threads", 0)),
-                            mtp=head)
+                            mtp=head, draft2=draft2)
 
     def mtp_source(self, choice: ModelChoice | None = None):
         """Where the target's MTP head is (a one-line BadInput when it has none)."""

@@ -19,6 +19,7 @@ from .options import (
     rpc_config,
     run_spec,
     sampling_options,
+    second_draft,
     tuned_settings,
 )
 
@@ -62,6 +63,7 @@ def choose_models(target: str | None, opts: dict):
         pair = mtp_pair(target_path, opts["draft"])   # refuses a target without a head, here
         t_name = target if not Path(target).exists() else None
         return ModelChoice(target=target_path, target_name=t_name, mtp_file=pair.mtp_file, **hw), drafter
+    draft2 = resolve_model(second_draft(), "draft") if drafter is DrafterKind.MODELS else None
     if opts.get("draft"):
         draft_path, draft_name = resolve_model(opts["draft"], "draft"), opts["draft"]
     elif drafter.uses_model:
@@ -72,7 +74,8 @@ def choose_models(target: str | None, opts: dict):
         draft_path, draft_name = found
     t_name = target if not Path(target).exists() else None
     d_name = draft_name if draft_name and not Path(draft_name).exists() else None
-    return ModelChoice(target=target_path, draft=draft_path, target_name=t_name, draft_name=d_name, **hw), drafter
+    return ModelChoice(target=target_path, draft=draft_path, target_name=t_name, draft_name=d_name,
+                       draft2=draft2, **hw), drafter
 
 
 @cli.command()

@@ -45,12 +45,14 @@ def _check_mtp(target: str, head: str | None, as_json: bool) -> int:
 
 
 @cli.command()
-@click.argument("models", nargs=-1, metavar="[TARGET [DRAFT]]")
+@click.argument("models", nargs=-1, metavar="[TARGET [DRAFT...]]")
 @click.option("-m", "--model", "target_opt", metavar="TARGET", help="Target model (instead of TARGET).")
-@click.option("-d", "--draft", "draft_opt", metavar="DRAFT", help="Draft model (instead of DRAFT).")
+@click.option("-d", "--draft", "draft_opt", metavar="DRAFT", multiple=True,
+              help="Draft model (instead of DRAFT); repeatable: every draft is checked.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def check(models: tuple[str, ...], target_opt: str | None, draft_opt: str | None, as_json: bool) -> int:
+def check(models: tuple[str, ...], target_opt: str | None, draft_opt: tuple[str, ...], as_json: bool) -> int:
     """Check that DRAFT's tokenizer is compatible with TARGET's (exit 0 yes, 1 no, 2 unreadable).
+    With several drafts (-d SMALL -d LARGE), every one is checked (exit 0 when all are).
 
     Without DRAFT, or with DRAFT 'mtp' or 'mtp:PATH', check that TARGET can draft with its own
     MTP head (exit 0 yes, 1 no).
@@ -64,23 +66,31 @@ def check(models: tuple[str, ...], target_opt: str | None, draft_opt: str | None
     from .options import resolve_model
 
     given = list(models)
-    if len(given) > 2:
-        raise click.UsageError(f"give TARGET and DRAFT (got {len(given)} models)")
     target = target_opt or (given.pop(0) if given else None)
-    draft = draft_opt or (given.pop(0) if given else None)
-    if given or not target:
+    drafts = list(draft_opt) + given
+    if not target:
         raise click.UsageError("give TARGET (and DRAFT), as arguments or with -m and -d")
+    draft = drafts[0] if drafts else None
     is_mtp, head = parse_draft_arg(draft)
     try:
-        if draft is None or is_mtp:
+        if draft is None or (is_mtp and len(drafts) == 1):
             return _check_mtp(resolve_model(target, "target"), head, as_json)
-        report = check_files(resolve_model(target, "target"), resolve_model(draft, "draft"))
+        if any(parse_draft_arg(d)[0] for d in drafts):
+            raise BadInput("check an MTP head on its own: localspec check TARGET mtp")
+        t = resolve_model(target, "target")
+        reports = [check_files(t, resolve_model(d, "draft")) for d in drafts]
     except GGUFError as exc:
         if as_json:
             click.echo(json.dumps({"compatible": None, "error": str(exc)}))
         raise
+    ok = all(r.compatible for r in reports)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        out = reports[0].to_dict() if len(reports) == 1 else {
+            "compatible": ok, "drafts": [{"path": d} | r.to_dict() for d, r in zip(drafts, reports)]}
+        click.echo(json.dumps(out, indent=2))
     else:
-        click.echo(report.render())
-    return 0 if report.compatible else 1
+        for i, (d, r) in enumerate(zip(drafts, reports)):
+            if len(reports) > 1:
+                click.echo(("\n" if i else "") + f"draft {i + 1} of {len(reports)}: {d}")
+            click.echo(r.render())
+    return 0 if ok else 1

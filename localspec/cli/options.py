@@ -90,13 +90,30 @@ def take_target(opts: dict) -> None:
         opts["target"] = arg
 
 
+def _drafts(ctx: click.Context, param, values) -> str | None:
+    """``-d`` given up to twice: the first is ``draft``; a second is kept for :func:`second_draft`."""
+    values = tuple(v for v in values or () if v)
+    if len(values) > 2:
+        raise BadInput(f"at most two draft models (-d SMALL -d LARGE; got {len(values)})")
+    ctx.meta["localspec.draft2"] = values[1] if len(values) > 1 else None
+    return values[0] if values else None
+
+
+def second_draft() -> str | None:
+    """The second ``-d`` of this command line, if one was given."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get("localspec.draft2") if ctx else None
+
+
 def drafter_options():
-    """How to draft: a draft model, prompt lookup, or not at all."""
+    """How to draft: a draft model (or two), prompt lookup, or not at all."""
     return _opts(
-        click.option("-d", "-md", "--draft", "--model-draft", "draft", metavar="DRAFT",
+        click.option("-d", "-md", "--draft", "--model-draft", "draft", metavar="DRAFT", multiple=True,
+                     callback=_drafts,
                      help="Draft model (a .gguf, local name or pulled alias) with the target's tokenizer; "
                           "'mtp' drafts with the target's own MTP head (embedded, or a sibling "
-                          "mtp-*.gguf), 'mtp:PATH' with the MTP head in PATH."),
+                          "mtp-*.gguf), 'mtp:PATH' with the MTP head in PATH. Twice (-d SMALL -d LARGE): "
+                          "two drafts, the policy picking one per stretch of the answer (docs/drafts.md)."),
         click.option("--ngram", is_flag=True, help="Draft by prompt lookup (n-grams) instead of a model."),
         click.option("--chain", is_flag=True,
                      help="Prompt lookup first, the draft model when it finds nothing (needs a draft model)."),
@@ -210,6 +227,10 @@ def chosen_drafter(opts: dict, draft_flag: str = "-d") -> DrafterKind | None:
     kind = kinds[chosen[0]] if chosen else None
     if kind is DrafterKind.MODEL and parse_draft_arg(opts.get("draft"))[0]:
         kind = DrafterKind.MTP
+    if second_draft():
+        if kind is not DrafterKind.MODEL or opts.get("chain") or parse_draft_arg(second_draft())[0]:
+            raise BadInput("two drafts (-d SMALL -d LARGE) are two draft models: leave out --chain and mtp")
+        return DrafterKind.MODELS
     if opts.get("chain"):
         if kind not in (None, DrafterKind.MODEL):
             raise BadInput(f"--chain drafts with prompt lookup and a draft model: leave out {chosen[0]}")
@@ -246,6 +267,7 @@ class Pair:
     draft: str | None
     drafter: DrafterKind
     mtp_file: str | None = None      # DrafterKind.MTP: the head's own GGUF; None: embedded
+    draft2: str | None = None        # DrafterKind.MODELS: the second draft model
 
 
 def resolve_pair(opts: dict) -> Pair:
@@ -261,6 +283,8 @@ def resolve_pair(opts: dict) -> Pair:
         from ..models.demo import demo_pair
 
         t, d = demo_pair(progress=lambda m: click.echo(m, err=True))
+        if drafter is DrafterKind.MODELS:
+            raise BadInput("--demo picks both models; leave out -d")
         return Pair(str(t), str(d) if drafter is None or drafter.uses_model else None, drafter or DrafterKind.MODEL)
     if not target:
         raise BadInput("no target model: give MODEL (or -m MODEL.gguf, or --demo)")
@@ -271,7 +295,8 @@ def resolve_pair(opts: dict) -> Pair:
     if drafter.uses_model and not draft:
         raise BadInput("--chain needs a draft model: give -d DRAFT (or --demo)")
     return Pair(resolve_model(target, "target"),
-                resolve_model(draft, "draft") if drafter.uses_model else None, drafter)
+                resolve_model(draft, "draft") if drafter.uses_model else None, drafter,
+                draft2=resolve_model(second_draft(), "draft") if drafter is DrafterKind.MODELS else None)
 
 
 def mtp_pair(target_path: str, draft_arg: str) -> Pair:
@@ -286,7 +311,7 @@ def engine_config(opts: dict, pair: Pair, spec: RunSpec | None = None) -> Engine
     from ..engine import EngineConfig, rollback_depth
 
     depth = rollback_depth(spec) if spec is not None else None
-    return EngineConfig(target=pair.target, draft=pair.draft, mtp=pair.drafter is DrafterKind.MTP,
+    return EngineConfig(target=pair.target, draft=pair.draft, draft2=pair.draft2, mtp=pair.drafter is DrafterKind.MTP,
                         mtp_file=pair.mtp_file, n_ctx=opts["n_ctx"], threads=opts["threads"],
                         gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
                         cache_type=opts["cache_type"], rollback_depth=depth, **rpc_config(opts))

@@ -18,6 +18,8 @@ def draft_line(s: Summary) -> str:
     by_pos = " ".join(f"{p:.0%}" for p in s.acceptance_by_position[:8])
     line = (f"drafter {s.drafter}: acceptance {s.acceptance_rate:.1%} ({s.accepted}/{s.drafted}), "
             f"{s.tokens_per_step:.2f} tokens per step, by position [{by_pos}]")
+    if len(s.by_drafter) > 1:
+        line += " (" + ", ".join(f"{name} {d['accepted']}/{d['drafted']}" for name, d in s.by_drafter.items()) + ")"
     if s.tokens_drafting_off:
         line += f"; drafting off for {s.tokens_drafting_off} of {s.n_generated} tokens"
     return line + f"; stop: {s.stop_reason}"

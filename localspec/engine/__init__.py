@@ -20,7 +20,7 @@ _EXPORTS = {
     "Engine": "engine", "EngineConfig": "engine", "rollback_depth": "engine",
     "Done": "events", "Origin": "events", "PolicyNote": "events", "PromptProcessed": "events", "Step": "events",
     "StopReason": "events", "Summary": "events", "TextChunk": "events", "Token": "events",
-    "SamplingConfig": "sampling",
+    "SamplingConfig": "sampling_config",
     "DrafterKind": "spec", "RunSpec": "spec", "SpecError": "spec",
 }
 
@@ -33,7 +33,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .engine import Engine, EngineConfig, rollback_depth
     from .events import Done, Origin, PolicyNote, PromptProcessed, Step, StopReason, Summary, TextChunk, Token
-    from .sampling import SamplingConfig
+    from .sampling_config import SamplingConfig
     from .spec import DrafterKind, RunSpec, SpecError
 
 

@@ -220,7 +220,28 @@ def _placement(lines: list[str], n_layer: int) -> dict[str, str]:
     return {d: _ranges(v, n_layer) for d, v in by_dev.items()}
 
 
-class Model:
+class NativeHandle:
+    """A llama.cpp object that is freed exactly once: by :meth:`close`, or when collected
+    if nobody closed it. Subclasses free what they hold in :meth:`_free`."""
+
+    ptr = None
+
+    def _free(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        if self.ptr:
+            self._free()
+            self.ptr = None
+
+    def __del__(self):  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Model(NativeHandle):
     """A loaded GGUF model: weights, vocabulary and token helpers.
 
     ``rpc``: workers (HOST:PORT) whose devices take the layers with this machine's GPUs,
@@ -378,21 +399,14 @@ class Model:
         n = ll.llama_model_meta_val_str(self.ptr, key.encode(), buf, 1024)
         return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
 
-    def close(self) -> None:
-        if getattr(self, "ptr", None):
-            ptr, self.ptr = self.ptr, None
-            _free(self.guard, lambda: ll.llama_model_free(ptr))
-            if self.guard is not None:
-                self.guard.close()
-
-    def __del__(self):  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _free(self) -> None:
+        ptr = self.ptr
+        _free_remote(self.guard, lambda: ll.llama_model_free(ptr))
+        if self.guard is not None:
+            self.guard.close()
 
 
-def _free(guard, fn: Callable[[], None]) -> None:
+def _free_remote(guard, fn: Callable[[], None]) -> None:
     """Free llama.cpp memory; on a lost worker it stays allocated (freeing would wait for the
     worker for ever)."""
     if guard is None:
@@ -420,7 +434,7 @@ class Rollback(str, Enum):
     CHECKPOINT = "checkpoint"  # restore a saved sequence state, then decode again what is kept
 
 
-class Context:
+class Context(NativeHandle):
     """One sequence's KV cache on a model, fed through a reusable batch.
 
     ``decode`` returns the logits of the requested positions as a numpy view that stays
@@ -429,7 +443,7 @@ class Context:
 
     def __init__(self, model: Model, *, n_ctx: int, threads: int | None = None,
                  threads_batch: int | None = None, n_batch: int = 512, cache_type: str = "f16",
-                 rollback_depth: int = 0, device_sampling: bool | None = None):
+                 rollback_depth: int = 0, device_sampling: bool | None = None, n_seq: int = 1):
         if n_ctx <= 0:
             raise BadInput("context size must be positive")
         if cache_type not in CACHE_TYPES:
@@ -437,10 +451,15 @@ class Context:
         self.model = model
         threads = threads or default_threads()
         params = ll.llama_context_default_params()
-        params.n_ctx = n_ctx
+        # Several sequences (a batch runner's slots) each get a KV stream of their own and
+        # the full n_ctx: one unified cache changed logits enough to break greedy identity.
+        self.n_seq = max(1, n_seq)
+        params.n_ctx = n_ctx * self.n_seq
         params.n_batch = min(n_batch, n_ctx)
         params.n_ubatch = min(n_batch, n_ctx)
-        params.n_seq_max = 1
+        params.n_seq_max = self.n_seq
+        if self.n_seq > 1:
+            params.kv_unified = False
         # Backend sampling may then cover a whole verify batch (llama.cpp's default is one
         # sampled output per sequence and decode).
         params.n_outputs_max_per_seq = min(DEVICE_ROWS_MAX, params.n_batch)
@@ -466,7 +485,7 @@ class Context:
             why = last_log_error() or "out of memory?"
             raise LocalspecError(f"cannot create a {n_ctx}-token context for {Path(model.path).name} ({why})")
         self.ptr = ptr
-        self.n_ctx = int(ll.llama_n_ctx(ptr))
+        self.n_ctx = int(ll.llama_n_ctx_seq(ptr))   # per sequence
         self.n_batch = int(params.n_batch)
         self.threads = threads
         self.mem = ll.llama_get_memory(ptr)
@@ -605,8 +624,13 @@ class Context:
         return 0
 
     def clear(self) -> None:
-        self.remote(lambda: ll.llama_memory_clear(self.mem, True))
-        self.tokens = []
+        """Forget sequence 0 (the only one a single run uses; other sequences are a batch
+        runner's). ``tokens`` stays the same list, which the runner shares as seq 0's mirror."""
+        if self.n_seq > 1:
+            self.remote(lambda: ll.llama_memory_seq_rm(self.mem, 0, -1, -1))
+        else:
+            self.remote(lambda: ll.llama_memory_clear(self.mem, True))
+        self.tokens.clear()
         self.checkpoints.clear()
         self.pinned = None
 
@@ -733,18 +757,11 @@ class Context:
         # A recurrent state cannot drop a tail: go back to a checkpoint (or start over).
         self._restore(n)
 
-    def close(self) -> None:
-        if getattr(self, "ptr", None):
-            if self.guard is None or not self.guard.broken:
-                self.sample_on_device(None)
-            ptr, self.ptr = self.ptr, None
-            ll.llama_batch_free(self._batch)
-            _free(self.guard, lambda: ll.llama_free(ptr))
-            if self.guard is not None:
-                self.guard.close()
-
-    def __del__(self):  # pragma: no cover - best effort
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _free(self) -> None:
+        if self.guard is None or not self.guard.broken:
+            self.sample_on_device(None)
+        ll.llama_batch_free(self._batch)
+        ptr = self.ptr
+        _free_remote(self.guard, lambda: ll.llama_free(ptr))
+        if self.guard is not None:
+            self.guard.close()

@@ -94,6 +94,9 @@ class Summary:
     mean_accepted_length: float = 0.0   # accepted draft tokens per round that drafted
     tokens_per_step: float = 0.0
     acceptance_by_position: list[float] = field(default_factory=list)
+    # Per drafter that drafted (a chain's "ngram" and "model", two drafts' "small" and "large"):
+    # {"drafted": tokens, "accepted": tokens, "rounds": rounds}.
+    by_drafter: dict[str, dict[str, int]] = field(default_factory=dict)
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     decode_seconds: float = 0.0          # time inside llama_decode (both models)

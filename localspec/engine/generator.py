@@ -91,7 +91,8 @@ class Generator:
         t_start = time.perf_counter()
         # A grammar judges whole rows of logits: the target's rows stay full while one is set.
         grammar = Grammar(model, spec.grammar) if spec.grammar is not None else None
-        for part in (drafter, getattr(drafter, "model", None)):   # a draft model, alone or chained
+        # a draft model, alone, chained or one of two
+        for part in (drafter, getattr(drafter, "model", None), *getattr(drafter, "drafts", {}).values()):
             if isinstance(part, ModelDrafter):
                 part.grammar = grammar
         tgt.sample_on_device(None if grammar is not None else chain_for(sampling, confidence=False))
@@ -310,4 +311,5 @@ def _rollback_delta(before: dict, after: dict) -> dict:
 
 
 def _draft_decode_seconds(drafter: Drafter) -> float:
-    return drafter.ctx.decode_seconds if drafter.ctx is not None else 0.0
+    contexts = getattr(drafter, "contexts", (drafter.ctx,))   # two draft models: both
+    return sum(c.decode_seconds for c in contexts if c is not None)

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
-
 from ..errors import GGUFError
 
 GGUF_MAGIC = b"GGUF"
@@ -28,10 +26,6 @@ _SCALAR = {
     _UINT8: ("<B", 1), _INT8: ("<b", 1), _UINT16: ("<H", 2), _INT16: ("<h", 2),
     _UINT32: ("<I", 4), _INT32: ("<i", 4), _FLOAT32: ("<f", 4), _BOOL: ("<?", 1),
     _UINT64: ("<Q", 8), _INT64: ("<q", 8), _FLOAT64: ("<d", 8),
-}
-_NUMPY = {
-    _UINT8: "<u1", _INT8: "<i1", _UINT16: "<u2", _INT16: "<i2", _UINT32: "<u4",
-    _INT32: "<i4", _FLOAT32: "<f4", _BOOL: "?", _UINT64: "<u8", _INT64: "<i8", _FLOAT64: "<f8",
 }
 
 # Sanity limits so that a corrupt length field fails cleanly instead of allocating gigabytes.
@@ -118,9 +112,9 @@ class _Reader:
                 raise GGUFError(f"{self.source}: corrupt metadata (array of {count} items)")
             if itype == _STRING:
                 return [self.string() for _ in range(count)]
-            if itype in _NUMPY:
-                dtype = np.dtype(_NUMPY[itype])
-                return np.frombuffer(self.read(count * dtype.itemsize), dtype=dtype).tolist()
+            if itype in _SCALAR:
+                fmt, size = _SCALAR[itype]
+                return list(struct.unpack(f"<{count}{fmt[1:]}", self.read(count * size)))
             if itype == _ARRAY:
                 return [self.value(_ARRAY) for _ in range(count)]
             raise GGUFError(f"{self.source}: corrupt metadata (array item type {itype})")

@@ -39,15 +39,16 @@ import llama_cpp.llama_cpp_ext as lx
 import numpy as np
 
 from ..errors import BadInput, LocalspecError
-from .backend import Context, Model, Rollback, RollbackStats, last_log_error
+from .backend import Context, Model, NativeHandle, Rollback, RollbackStats, last_log_error
 from .drafters import Draft, ReadsInline, common_prefix, pick
 from .outputs import LogitRows
+from .rpc import WorkerLost
 from .sampling import Dist, SamplingConfig
 
 _FLOAT_P = ctypes.POINTER(ctypes.c_float)
 
 
-class MtpContext:
+class MtpContext(NativeHandle):
     """The MTP head's llama.cpp context: a KV cache for the nextn layer only.
 
     ``tokens`` lists the positions whose entries were made from the target's own hidden
@@ -74,7 +75,7 @@ class MtpContext:
         params.type_v = cache_type
         params.no_perf = True
         params.ctx_type = ll.LLAMA_CONTEXT_TYPE_MTP
-        ptr = ll.llama_init_from_model(model.ptr, params)
+        ptr = model.remote(lambda: ll.llama_init_from_model(model.ptr, params))   # (a worker's, with --rpc)
         if not ptr:
             why = last_log_error() or "out of memory?"
             raise LocalspecError(f"cannot create the MTP context for {Path(model.path).name} ({why})")
@@ -106,7 +107,7 @@ class MtpContext:
         return len(self.tokens)
 
     def clear(self) -> None:
-        ll.llama_memory_clear(self.mem, True)
+        self.model.remote(lambda: ll.llama_memory_clear(self.mem, True))
         self.tokens = []
 
     def decode(self, tokens: list[int], pos0: int, hidden: np.ndarray,
@@ -132,7 +133,7 @@ class MtpContext:
             if output and start + m == n:
                 ll.llama_batch_ext_set_output_logits(b, m - 1, True)
             t0 = time.perf_counter()
-            rc = ll.llama_process(self.ptr, ll.LLAMA_PROCESS_TYPE_DECODE, b)
+            rc = self.model.remote(lambda: ll.llama_process(self.ptr, ll.LLAMA_PROCESS_TYPE_DECODE, b))
             self.decode_seconds += time.perf_counter() - t0
             if rc != 0:
                 ll.llama_memory_seq_rm(self.mem, 0, pos0 + start, -1)
@@ -145,16 +146,12 @@ class MtpContext:
         row = np.ctypeslib.as_array(lx.llama_get_embeddings_nextn_ith(self.ptr, -1), shape=(self.n_embd,))
         return logits, row
 
-    def close(self) -> None:
-        if getattr(self, "ptr", None):
-            ll.llama_batch_ext_free(self._batch)
-            ll.llama_free(self.ptr)
-            self.ptr = None
-
-    def __del__(self):  # pragma: no cover - best effort
+    def _free(self) -> None:
+        ll.llama_batch_ext_free(self._batch)
+        ptr = self.ptr
         try:
-            self.close()
-        except Exception:
+            self.model.remote(lambda: ll.llama_free(ptr))
+        except WorkerLost:   # its memory on the lost worker stays allocated (freeing would wait for ever)
             pass
 
 

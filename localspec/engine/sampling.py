@@ -12,37 +12,12 @@ normalised max(0, p - q). The output then follows the target's distribution exac
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .sampling_config import SamplingConfig
 
-@dataclass(frozen=True)
-class SamplingConfig:
-    """Sampling settings shared by target and draft (llama.cpp's defaults); validated as part
-    of :class:`~localspec.engine.spec.RunSpec`."""
-
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
-    seed: int | None = None
-    draft_temperature: float | None = None  # None: same as temperature
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-    def for_draft(self) -> SamplingConfig:
-        """The settings the draft samples with (its own temperature, if one is set)."""
-        if self.draft_temperature is None:
-            return self
-        return replace(self, temperature=self.draft_temperature, draft_temperature=None)
-
-    def to_dict(self) -> dict:
-        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
-                "min_p": self.min_p, "seed": self.seed,
-                "draft_temperature": self.draft_temperature}
+__all__ = ["Dist", "SamplingConfig", "distribution", "speculative_accept"]
 
 
 class Dist:
@@ -185,18 +160,38 @@ def _kept(x: np.ndarray, top: float, cut: float, k: int, top_p: float, min_p: fl
     else:
         pre = np.arange(cand.shape[0])
         limit = cand.shape[0] if below == 0 else None
-    order = pre[np.argsort(-e[pre], kind="stable")]
-    if top_p >= 1.0:
-        return cand[order] if limit is not None else None
-    csum = np.cumsum(e[order])
     z_lo = float(e.sum())
-    kept = _top_p_cut(csum, top_p, z_lo, z_lo + below * math.exp(cut - top), limit)
+    z_hi = z_lo + below * math.exp(cut - top)
+    if top_p >= 1.0:
+        return cand[pre[np.argsort(-e[pre], kind="stable")]] if limit is not None else None
+    order = _descending_prefix(e, pre, top_p * z_hi)
+    csum = np.cumsum(e[order])
+    kept = _top_p_cut(csum, top_p, z_lo, z_hi, limit)
     if kept is None and below and k == n:
         # Tighter bound: count the tokens within a band under the cut (one more pass).
         near = int(np.count_nonzero(x >= cut - _BAND)) - cand.shape[0]
         z_hi = z_lo + near * math.exp(cut - top) + (below - near) * math.exp(cut - _BAND - top)
         kept = _top_p_cut(csum, top_p, z_lo, z_hi, limit)
     return None if kept is None else cand[order[:kept]]
+
+
+_LEVELS = tuple(math.exp(-d) for d in (2.0, 4.0, 8.0, 12.0, 16.0, 24.0))
+
+
+def _descending_prefix(e: np.ndarray, pre: np.ndarray, mass: float) -> np.ndarray:
+    """``pre`` sorted by descending ``e`` (ties in ``pre``'s order), cut after the first
+    prefix that holds ``mass``: the tokens at or above a level falling from the top are a
+    prefix of that order, so only the first level that holds the mass is sorted (a flat row
+    keeps the sort off the whole vocabulary). The whole of ``pre`` when no level holds it."""
+    if pre.shape[0] > 256:
+        ep = e[pre]
+        top = float(ep.max())
+        for level in _LEVELS:
+            sel = (ep >= top * level).nonzero()[0]
+            if float(ep[sel].sum()) >= mass:
+                pre = pre[sel]
+                break
+    return pre[np.argsort(-e[pre], kind="stable")]
 
 
 def _top_k(x: np.ndarray, cand: np.ndarray, k: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 
 from ..errors import BadInput
-from .sampling import SamplingConfig
+from .sampling_config import SamplingConfig
 
 
 class DrafterKind(str, Enum):
@@ -23,6 +23,7 @@ class DrafterKind(str, Enum):
     MODEL = "model"        # a small model with the target's tokenizer
     NGRAM = "ngram"        # prompt lookup: what followed the last n-gram earlier on
     NGRAM_MODEL = "ngram+model"   # prompt lookup first, the draft model when it finds nothing
+    MODELS = "models"      # two draft models, the policy picking one per round
     MTP = "mtp"            # the target's own multi-token-prediction head
     NONE = "none"          # the target alone (the baseline)
 
@@ -33,7 +34,7 @@ class DrafterKind(str, Enum):
     @property
     def uses_model(self) -> bool:
         """Whether this drafter needs a draft model loaded."""
-        return self in (DrafterKind.MODEL, DrafterKind.NGRAM_MODEL)
+        return self in (DrafterKind.MODEL, DrafterKind.NGRAM_MODEL, DrafterKind.MODELS)
 
     @classmethod
     def parse(cls, value: str | DrafterKind) -> DrafterKind:
@@ -45,7 +46,7 @@ class DrafterKind(str, Enum):
 
 _LABELS = {DrafterKind.MODEL: "draft model", DrafterKind.NGRAM: "n-gram (prompt lookup)",
            DrafterKind.NGRAM_MODEL: "prompt lookup, then draft model", DrafterKind.NONE: "none (target only)",
-           DrafterKind.MTP: "MTP head"}
+           DrafterKind.MTP: "MTP head", DrafterKind.MODELS: "two draft models, switched per stretch"}
 
 
 class SpecError(BadInput):

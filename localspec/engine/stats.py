@@ -38,6 +38,12 @@ class StatsRecorder:
         else:
             s.tokens_drafting_off += r.emitted
         if r.drafted:
+            mine = s.by_drafter.get(r.source or s.drafter)
+            if mine is None:
+                mine = s.by_drafter[r.source or s.drafter] = {"drafted": 0, "accepted": 0, "rounds": 0}
+            mine["drafted"] += r.drafted
+            mine["accepted"] += r.accepted
+            mine["rounds"] += 1
             self.rounds_drafting += 1
             while len(self._drafted_at) < r.drafted:
                 self._drafted_at.append(0)

@@ -62,6 +62,7 @@ class TinySpec:
     noise: float = 0.0            # relative Gaussian noise added to every matrix
     noise_seed: int = 1
     bigram_seed: int = 0          # nonzero: predict sigma(last token), see the class docstring
+    bigram_swaps: tuple[int, ...] = ()   # tokens taken in pairs (t, u): after t predict sigma(u) and back
     layer_gain: float = 1.0       # scales what each layer adds to the residual stream
     f16: bool = False             # store the matrices as F16 (the SSM kernels and norms stay F32)
     name: str | None = None       # None: "tiny", or "tiny-<arch>"

@@ -213,7 +213,7 @@ def model_weights(s: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
     if s.noise:
         add_weight_noise(w, s.noise, s.noise_seed, skip=lambda name, v: name.endswith(_NO_NOISE) or not v.std() > 0)
     if s.bigram_seed:
-        w["output.weight"] = bigram_output(w["token_embd.weight"], s.bigram_seed, s.scale)
+        w["output.weight"] = bigram_output(w["token_embd.weight"], s.bigram_seed, s.scale, s.bigram_swaps)
     if s.blind_output:
         w[output_norm_name(s)] = np.zeros(e, dtype=np.float32)
     if s.mtp:
@@ -241,11 +241,28 @@ def bigram_sigma(seed: int, n_vocab: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n_vocab)
 
 
-def bigram_output(emb: np.ndarray, seed: int, scale: float) -> np.ndarray:
+def bigram_stretch_swaps(seed: int, n_vocab: int, start: int, stretch: int) -> tuple[int, ...]:
+    """``bigram_swaps`` for a draft that is wrong on every other ``stretch`` tokens of the
+    answer a ``seed`` bigram target gives after token ``start`` (its cycle from there):
+    easy and hard stretches in turn, the first one easy."""
+    sigma = bigram_sigma(seed, n_vocab)
+    cycle, t = [], int(sigma[start])
+    while t not in cycle:
+        cycle.append(t)
+        t = int(sigma[t])
+    hard = [t for i, t in enumerate(cycle) if (i // stretch) % 2 == 1 and t != 0]
+    return tuple(hard[: len(hard) // 2 * 2])
+
+
+def bigram_output(emb: np.ndarray, seed: int, scale: float, swaps: tuple[int, ...] = ()) -> np.ndarray:
     """An output matrix whose row sigma(t) is token t's embedding: with a quiet residual
-    stream the logits peak at sigma(last token), sigma the permutation ``seed`` draws."""
+    stream the logits peak at sigma(last token), sigma the permutation ``seed`` draws.
+    ``swaps`` (t, u, ...) pairs tokens whose predictions trade places: after t, sigma(u)."""
     n_vocab, e = emb.shape
     out = np.zeros((n_vocab, e), dtype=np.float32)
-    out[bigram_sigma(seed, n_vocab)] = emb * (scale * 4.0 / np.sqrt(e))
+    sigma = bigram_sigma(seed, n_vocab).copy()
+    for t, u in zip(swaps[0::2], swaps[1::2]):
+        sigma[t], sigma[u] = sigma[u], sigma[t]
+    out[sigma] = emb * (scale * 4.0 / np.sqrt(e))
     out[0, :] = 0.0
     return out

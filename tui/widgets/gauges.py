@@ -180,6 +180,10 @@ class DraftingCard(Card):
         add("\n" + "accepted".ljust(LABEL), "label")
         add(f"{num(st.accepted_per_step, '.1f'):>4}", "value")
         add(" per drafting step", "muted")
+        if st.drafter == "models" and st.by_drafter:
+            add("\n" + "drafts".ljust(LABEL), "label")
+            add(" · ".join(f"{name} {a}/{d}" for name, d, a in st.by_drafter), "value")
+            add(" accepted", "muted")
         add("\n" + "emitted".ljust(LABEL), "label")
         add(f"{num(st.tokens_per_step, '.1f'):>4}", "value")
         add(" tokens per step", "muted")

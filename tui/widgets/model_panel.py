@@ -46,8 +46,10 @@ class ModelsCard(Card):
             out.add("\n".join(textwrap.wrap(self.status or "no model loaded", max(out.width, 10))), "muted")
             return
         self._model(out, sm.target)
-        if sm.draft is not None and sm.drafter == "model":
+        if sm.draft is not None and sm.drafter in ("model", "models"):
             self._model(out, sm.draft)
+            if sm.draft2 is not None and sm.drafter == "models":
+                self._model(out, sm.draft2)
         else:
             out.add("draft".ljust(INDENT), "label")
             out.add(f"{_DRAFTERS.get(sm.drafter, sm.drafter)}\n", "name")

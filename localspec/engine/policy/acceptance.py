@@ -113,12 +113,14 @@ class AcceptanceModel:
             return True
         return False
 
-    def thin(self) -> None:
-        """Keep ``resume_weight`` tokens' worth of evidence so that fresh rounds decide."""
+    def thin(self, weight: float | None = None) -> None:
+        """Keep ``weight`` (default ``resume_weight``) tokens' worth of evidence so that fresh
+        rounds decide."""
         self.shift.clear()
         n = self.succ + self.fail
-        if n > self.p.resume_weight:
-            f = self.p.resume_weight / n
+        weight = self.p.resume_weight if weight is None else weight
+        if n > weight:
+            f = weight / n
             self.succ, self.fail = self.succ * f, self.fail * f
             self._rescale(f)
             self.version += 1

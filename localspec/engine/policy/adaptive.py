@@ -7,8 +7,6 @@ loses. While paused, probes try drafting again at gaps that keep their cost unde
 ``probe_budget`` of the time; a probe that predicts a gain resumes drafting.
 """
 
-from __future__ import annotations
-
 import math
 import time
 from collections.abc import Callable
@@ -137,9 +135,6 @@ class AdaptivePolicy:
 
     def plain_step_seconds(self) -> float | None:
         return self.costs.plain()
-
-    def one_decode_seconds(self) -> float | None:   # the drafter's first decode, little to catch up
-        return self.costs.first.value
 
     # Seconds every drafting round costs beyond its decodes (a chain's catch-up), set by the chain.
     round_extra = property(lambda self: self.costs.round_extra,
@@ -335,8 +330,7 @@ class AdaptivePolicy:
         self._reason = self._explain(why)
         if why is not None:      # a pause from the start: said before the answer
             self._note = self._reason
-            return None
-        return None if quiet else self._reason
+        return None if quiet or why is not None else self._reason
 
     def _probe_gap(self, k: int) -> float:
         """Tokens between probes: what a probe (and its catch-up) costs beyond the plain steps

@@ -42,6 +42,10 @@ class Params:
     lone_slope: float = 0.15        # with one batch size measured, each further token costs this share of it
     level_rate: float = 0.2         # how fast the target's common cost level follows each round [fraction]
     route_margin: float = 0.02      # a chain's model takes a round a lookup matched when this much faster [fraction]
+    route_rounds: int = 16          # rounds before two drafts' idle one is tried; its evidence's half-life [rounds]
+    route_max: int = 128            # ... failed tries in a row double that gap up to this [rounds]
+    route_try: int = 3              # rounds a try of the idle one of two drafts lasts [rounds]
+    route_prior: float = 4.0        # acceptance evidence the idle draft keeps when tried again [tokens]
     measure_loop: bool = True       # price a round's time beyond its decodes (the loop's Python)
     monotone: bool = True           # fit verify costs that never fall with the batch size
     seeded_pause: bool = True       # start paused when what an earlier answer learned says drafting loses

@@ -1,0 +1,203 @@
+"""The two-draft policy in the simulator: a small and a large draft on stretches of text.
+
+A scenario with a ``drafts`` field (see :mod:`.simulate` for the common fields)::
+
+    {"name": "...", "target_ms": [...], "tokens": 512,
+     "drafts": [{"name": "small", "draft_ms": 1.0, "accept": {"easy": [...], "hard": [...]}},
+                {"name": "large", "draft_ms": 4.0, "accept": {"easy": [...], "hard": [...]}}],
+     "stretches": [["easy", 128], ["hard", 128]],   # the answer's kinds of text, repeated
+     "catchup": 0.1,     # optional: a catch-up decode costs this share of a decode per token beyond one
+     "noise": 0.1}       # optional: relative noise on every measured time (seeded)
+
+Every setting (the two drafts under the pair's policy, each draft alone under the adaptive
+policy, the target alone) runs on the same seeded acceptance draws (one draw per position,
+shared by both drafts: a token hard for the small draft is no easier for the large one), so
+their tokens per second differ only by their decisions.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+
+from ..engine.events import Step
+from ..engine.policy import LARGE, SMALL, AdaptivePolicy, FixedPolicy, PairPolicy, Params
+from ..errors import BadInput
+from .simulate import MIN_TOKENS, Scenario
+
+SETTINGS = ("both", SMALL, LARGE, "target")
+
+
+@dataclass(frozen=True)
+class Draft:
+    """One draft model of a two-draft scenario."""
+
+    name: str
+    draft_ms: float
+    accept: dict[str, tuple[float, ...]]
+
+
+@dataclass(frozen=True)
+class TwoDrafts:
+    """A two-draft scenario (see the module docstring)."""
+
+    base: Scenario                     # target_ms, tokens, noise
+    drafts: tuple[Draft, Draft]        # small, large
+    stretches: tuple[tuple[str, int], ...]
+    catchup: float = 0.1
+
+    @property
+    def name(self) -> str:
+        return self.base.name
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TwoDrafts:
+        """Raises: BadInput: a field missing or out of range."""
+        name = d.get("name", "?")
+        try:
+            base = Scenario.from_dict({**d, "draft_ms": 1.0, "accept": [1.0]})
+            drafts = tuple(Draft(str(x["name"]), float(x["draft_ms"]),
+                                 {k: tuple(float(a) for a in v) for k, v in x["accept"].items()})
+                           for x in d["drafts"])
+            stretches = tuple((str(k), int(n)) for k, n in d["stretches"])
+            catchup = float(d.get("catchup", 0.1))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise BadInput(f"scenario {name!r}: bad or missing field ({e})") from None
+        if len(drafts) != 2 or [x.name for x in drafts] != [SMALL, LARGE]:
+            raise BadInput(f"scenario {name!r}: drafts must be two, named small and large")
+        kinds = {k for k, _ in stretches}
+        if not stretches or any(n < 1 for _, n in stretches):
+            raise BadInput(f"scenario {name!r}: stretches must be [kind, tokens >= 1] pairs")
+        for x in drafts:
+            if x.draft_ms <= 0 or not kinds <= set(x.accept) or any(
+                    not v or not all(0.0 <= a <= 1.0 for a in v) for v in x.accept.values()):
+                raise BadInput(f"scenario {name!r}: draft {x.name}: draft_ms > 0 and an acceptance in [0, 1] "
+                               f"for every kind of stretch ({', '.join(sorted(kinds))})")
+        return cls(base, drafts, stretches, catchup)
+
+    def kind(self, tokens: int) -> str:
+        """The kind of text at position ``tokens`` of the answer."""
+        period = sum(n for _, n in self.stretches)
+        at = tokens % period
+        for kind, n in self.stretches:
+            if at < n:
+                return kind
+            at -= n
+        return self.stretches[-1][0]
+
+
+def is_two_drafts(d: dict) -> bool:
+    return isinstance(d, dict) and "drafts" in d
+
+
+def simulate(s: TwoDrafts, setting: str, seed: int, params: Params | None = None,
+             learned: dict | None = None) -> tuple[int, float, dict | None, dict]:
+    """One answer of ``s`` under ``setting`` ("both", "small", "large" or "target").
+
+    Returns:
+        (tokens, seconds, what the policy learned, tokens drafted per draft).
+    """
+    b, params = s.base, params or Params()
+    draws = random.Random(seed)
+    u = [draws.random() for _ in range(b.tokens + 40)]
+    shake = random.Random(f"{seed}:noise")
+    noise = [[max(0.05, 1.0 + b.noise * shake.gauss(0.0, 1.0)) for _ in range(9)] for _ in range(b.tokens + 1)]
+    now = [0.0]
+    drafts = {x.name: x for x in s.drafts}
+    if setting == "both":
+        policy = PairPolicy.build(1, 8, None, True, learned, params, clock=lambda: now[0])
+    elif setting in drafts:
+        policy = AdaptivePolicy(1, 8, params=params, learned=learned, clock=lambda: now[0])
+    else:
+        policy = FixedPolicy(0)
+    seen = {name: 0 for name in drafts}        # tokens each draft's cache holds
+    used = {name: 0 for name in drafts}
+    tokens = rounds = 0
+
+    def timed(x: float, i: int = 0) -> float:
+        return x * noise[tokens][i] if b.noise else x
+
+    while tokens < b.tokens:
+        quiet = min(policy.quiet_rounds(), b.tokens - tokens)
+        if quiet:
+            for _ in range(quiet):
+                now[0] += timed(b.target(1, tokens))
+                tokens += 1
+            policy.passed(quiet, quiet)
+            continue
+        k = policy.next_k()
+        probe = policy.probe
+        name = policy.route if setting == "both" else setting
+        a = drafted = steps = 0
+        draft_s = sync_s = 0.0
+        missing = 0
+        if k and name in drafts:
+            d = drafts[name]
+            acc = d.accept[s.kind(tokens)]
+            drafted = k
+            while a < drafted and u[tokens + a] < acc[min(a, len(acc) - 1)]:
+                a += 1
+            missing = min(max(tokens - seen[name], 1), 64)   # a longer one restarts from a window
+            steps = drafted
+            per = [timed(d.draft_ms / 1000.0, 1 + i) for i in range(steps)]
+            per[0] *= 1.0 + s.catchup * (missing - 1)
+            draft_s, sync_s = sum(per), per[0]
+            used[name] += drafted
+        verify_s = timed(b.target(drafted + 1, tokens))
+        now[0] += draft_s + verify_s
+        emitted = min(a + 1, b.tokens - tokens)
+        source = name if drafted else ""
+        policy.observe(Step(index=rounds, k=k, drafted=drafted, accepted=a, emitted=emitted, draft_seconds=draft_s,
+                            verify_seconds=verify_s, drafting=policy.drafting, draft_steps=steps,
+                            verify_batch=drafted + 1, probe=probe, sync_tokens=missing, sync_seconds=sync_s,
+                            source=source))
+        if drafted:
+            seen[name] = tokens + a
+        tokens += emitted
+        rounds += 1
+    return tokens, now[0], policy.learned(), used
+
+
+def evaluate(s: TwoDrafts, seeds: int = 1, params: Params | None = None, cold: bool = False) -> dict:
+    """Every setting on ``seeds`` seeded answers (more for short ones): tokens per second,
+    and the two drafts against the better single draft."""
+    seeds = max(seeds, -(-seeds * MIN_TOKENS // s.base.tokens))
+    out, drafted = {}, {SMALL: 0, LARGE: 0}
+    for setting in SETTINGS:
+        runs = []
+        for seed in range(seeds):
+            learned = None
+            if setting != "target" and not cold:
+                learned = simulate(s, setting, seeds + seed, params)[2]
+            r = simulate(s, setting, seed, params, learned)
+            runs.append(r)
+            if setting == "both":
+                for name, n in r[3].items():
+                    drafted[name] += n
+        out[setting] = sum(r[0] for r in runs) / sum(r[1] for r in runs)
+    better = max((SMALL, LARGE), key=out.get)
+    return {"name": s.name, "both_tps": round(out["both"], 3), "better_single": better,
+            "both_over_better_single": round(out["both"] / out[better], 4),
+            "settings": {k: round(v, 3) for k, v in out.items()}, "both_drafted": drafted}
+
+
+def report(scenarios: list[TwoDrafts], seeds: int = 1, params: Params | None = None, cold: bool = False) -> dict:
+    """The simulator's JSON for two-draft scenarios, with the minimum of both / better single."""
+    results = [evaluate(s, seeds, params, cold) for s in scenarios]
+    ratios = [r["both_over_better_single"] for r in results]
+    return {"scenarios": results, "min_both_over_better_single": min(ratios), "seeds": seeds, "cold": cold}
+
+
+def load(path: str) -> list[TwoDrafts] | None:
+    """The two-draft scenarios of a JSON file; None when its scenarios have no ``drafts``
+    (the one-draft simulator's). Raises: BadInput: unreadable, or a bad scenario."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"cannot read scenarios from {path}: {e}") from None
+    items = data.get("scenarios") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not items or not all(is_two_drafts(d) for d in items):
+        return None
+    return [TwoDrafts.from_dict(d) for d in items]

@@ -1,0 +1,75 @@
+"""Two draft models of different sizes, one of them drafting each round.
+
+A small draft is cheap and does well on easy stretches of an answer; a larger one costs
+more a token and holds up where the small one fails. The policy
+(:class:`~localspec.engine.policy.PairPolicy`) measures both and says each round which one
+drafts and how far; the other's cache stays behind and catches up, in one batch, the next
+time it drafts (its usual sync, see :class:`~localspec.engine.drafters.ModelDrafter`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .drafters import Draft, Gate, ModelDrafter
+from .sampling import SamplingConfig
+
+SMALL, LARGE = "small", "large"     # the drafts' names, as Step.source carries them
+
+
+class Route(Protocol):
+    """This round's draft (SMALL or LARGE) and whether each draft drafts at all."""
+
+    route: str
+
+    def drafting_now(self, name: str) -> bool: ...
+
+
+class PairDrafter:
+    """Drafts with the small or the large draft model, as the policy routes each round.
+
+    Args:
+        small, large: the two model drafters (the smaller weights first).
+    """
+
+    name = "models"
+    deterministic = False
+    ready = True
+
+    def __init__(self, small: ModelDrafter, large: ModelDrafter):
+        self.drafts = {SMALL: small, LARGE: large}
+        self.small, self.large = small, large
+        self.ctx = large.ctx
+        self.contexts = (small.ctx, large.ctx)
+        self._route: Route | None = None
+
+    def follow(self, route: Route | None) -> None:
+        """Take each round's draft from ``route`` (None: the small one, as with a fixed K)."""
+        self._route = route
+
+    def _now(self, name: str) -> bool:
+        route = self._route
+        return name == SMALL if route is None else route.drafting_now(name)
+
+    def prefill(self, tokens: list[int], *, now: bool = True) -> None:
+        """Only the draft the policy starts with reads the prompt now; the other catches up
+        when it first drafts."""
+        for name, d in self.drafts.items():
+            d.prefill(tokens, now=now and self._now(name))
+
+    def read_alongside(self, tokens: list[int]) -> bool:
+        return False
+
+    def settle(self, wait: bool = True) -> None:
+        for d in self.drafts.values():
+            d.settle(wait)
+
+    def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate: Gate | None = None,
+              budget: float | None = None) -> Draft:
+        name = self._route.route if self._route is not None else SMALL
+        d = self.drafts[name].draft(context, k, cfg, rng, gate)
+        d.source = name if d.steps else ""
+        return d
+
+    def close(self) -> None:
+        pass   # both contexts belong to the engine

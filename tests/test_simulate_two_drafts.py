@@ -1,0 +1,65 @@
+"""The two-draft policy in the simulator: deterministic figures on the shipped scenarios,
+and the scenario format's errors."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from localspec.bench import simulate_drafts as sd
+from localspec.engine.events import Step
+from localspec.engine.policy import LARGE, SMALL, PairPolicy
+from localspec.errors import BadInput
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "scripts" / "two_draft_scenarios.json"
+
+
+@pytest.fixture(scope="module")
+def scenarios():
+    return {s.name: s for s in sd.load(str(SCENARIOS))}
+
+
+@pytest.mark.parametrize("name", ["large-better-everywhere", "easy", "small-as-good-everywhere"])
+def test_where_one_draft_is_clearly_better_the_pair_keeps_up(scenarios, name):
+    r = sd.evaluate(scenarios[name])
+    assert r["both_over_better_single"] >= 0.97, r
+
+
+def test_the_pair_moves_to_the_draft_that_holds_up(scenarios):
+    """Small starts; on text where it fails the large draft ends up drafting most tokens."""
+    tokens, seconds, learned, drafted = sd.simulate(scenarios["large-better-everywhere"], "both", 0)
+    assert drafted[LARGE] > 3 * drafted[SMALL] and learned["in_use"] == LARGE
+    assert tokens == scenarios["large-better-everywhere"].base.tokens and seconds > 0
+
+
+def test_simulation_is_deterministic(scenarios):
+    a = sd.simulate(scenarios["mixed-128"], "both", 3)
+    b = sd.simulate(scenarios["mixed-128"], "both", 3)
+    assert a[:2] == b[:2] and a[3] == b[3]
+
+
+def test_a_pair_starts_with_the_draft_in_use_last():
+    seed = PairPolicy.build(1, 8, None, True)
+    assert seed.use == SMALL
+    for i in range(3):
+        seed.next_k()
+        seed.observe(Step(index=i, k=3, drafted=3, accepted=2, emitted=3, draft_seconds=0.003, verify_seconds=0.02,
+                          drafting=True, draft_steps=3, verify_batch=4, sync_tokens=1, sync_seconds=0.001,
+                          source=seed.route))
+    learned = (seed.learned() or {}) | {"in_use": LARGE}
+    assert PairPolicy.build(1, 8, None, True, learned).use == LARGE
+
+
+def test_bad_two_draft_scenario_is_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"name": "x", "target_ms": [10], "tokens": 64, "stretches": [["easy", 8]],
+                                "drafts": [{"name": "small", "draft_ms": 1, "accept": {"hard": [0.5]}},
+                                           {"name": "large", "draft_ms": 2, "accept": {"easy": [0.5]}}]}]))
+    with pytest.raises(BadInput, match="every kind of stretch"):
+        sd.load(str(bad))
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate_policy.py"), "--scenarios", str(bad)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "every kind of stretch" in r.stderr and "Traceback" not in r.stderr

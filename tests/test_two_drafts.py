@@ -1,0 +1,108 @@
+"""Two draft models: greedy output is the target's alone, each draft's tokens are counted
+apart, both drafts are checked, loaded and described, and the pair's policy routes rounds
+to the faster draft (in the simulator's terms, see also test_simulate_two_drafts)."""
+
+import json
+
+import pytest
+from conftest import GREEDY, run_cli
+from tiny import TinySpec, bigram_stretch_swaps
+
+from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
+
+pytestmark = pytest.mark.usefixtures("one_llama_thread")
+PROMPTS = ["The quick brown fox", "def fibonacci(n):", "x"]
+
+
+@pytest.fixture(scope="session")
+def trio(zoo, cost_pairs):
+    """(target, small draft, large draft) of one bigram: the small draft (100x cheaper than
+    the target) is wrong on every other 24 tokens of the answer to PROMPTS[0], the large one
+    (about 10x cheaper) nearly always right."""
+    target = cost_pairs["big"]
+    with Engine(EngineConfig(target=str(target), n_ctx=64, remember=False)) as e:
+        start, n_vocab = e.tokenize(PROMPTS[0])[-1], e.target_model.n_vocab
+    swaps = bigram_stretch_swaps(5, n_vocab, start, 24)
+    small = zoo.get(TinySpec(n_embd=64, n_layer=1, bigram_seed=5, layer_gain=0.05, bigram_swaps=swaps),
+                    "bigram-small-stretches.gguf")
+    large = zoo.get(TinySpec(n_embd=256, n_ff=512, n_layer=2, bigram_seed=5, layer_gain=0.05), "bigram-medium.gguf")
+    return target, small, large
+
+
+def engine_for(trio, **kw) -> Engine:
+    target, small, large = trio
+    # the larger file first: the engine orders them by size
+    return Engine(EngineConfig(target=str(target), draft=str(large), draft2=str(small), n_ctx=512,
+                               rollback_depth=9, remember=False, **kw))
+
+
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_two_drafts_greedy_identical_to_target(trio, adaptive):
+    with engine_for(trio) as e:
+        assert DrafterKind.MODELS in e.drafters
+        assert e.describe()["small_draft"] == "draft2"
+        assert e.describe()["draft2"]["path"].endswith("bigram-small-stretches.gguf")
+        for prompt in PROMPTS:
+            toks = e.tokenize(prompt)
+            base = RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY, max_tokens=60)
+            e.reset()
+            want = list(e.run(toks, base))[-1]
+            e.reset()
+            spec = RunSpec(drafter=DrafterKind.MODELS, sampling=GREEDY, max_tokens=60, adaptive=adaptive,
+                           draft_max=6)
+            got = list(e.run(toks, spec))[-1]
+            assert got.token_ids == want.token_ids, prompt
+            s = got.summary
+            assert s.drafted > 0 and s.accepted > 0
+            assert sum(d["drafted"] for d in s.by_drafter.values()) == s.drafted
+            assert sum(d["accepted"] for d in s.by_drafter.values()) == s.accepted
+            assert set(s.by_drafter) <= {"small", "large"}
+
+
+def test_two_drafts_hand_over_where_the_small_one_fails(trio):
+    """The small draft starts; where it fails the large one takes over, and its tokens are
+    accepted (the answer to PROMPTS[0] has stretches the small draft gets wrong)."""
+    with engine_for(trio) as e:
+        done = list(e.run(e.tokenize(PROMPTS[0]), RunSpec(drafter=DrafterKind.MODELS, sampling=GREEDY,
+                                                          max_tokens=200)))[-1]
+    by = done.summary.by_drafter
+    assert done.policy["pair"] is True and done.policy["switches"] >= 1
+    assert by["small"]["drafted"] > 0 and by["large"]["accepted"] > 0.8 * by["large"]["drafted"], by
+
+
+def test_cli_two_drafts_json(trio):
+    target, small, large = trio
+    r = run_cli("run", "-m", str(target), "-d", str(small), "-d", str(large), "-p", "def f(x):", "-n", "24",
+                "--temp", "0", "--json", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["spec"]["drafter"] == "models"
+    assert out["engine"]["draft2"]["path"].endswith("bigram-medium.gguf")
+    assert set(out["stats"]["by_drafter"]) <= {"small", "large"}
+
+
+def test_cli_three_drafts_refused(trio):
+    target, small, large = trio
+    r = run_cli("run", "-m", str(target), "-d", str(small), "-d", str(large), "-d", str(small), "-p", "x")
+    assert r.returncode != 0
+    assert "at most two draft models" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_second_draft_incompatible_is_refused(trio, zoo):
+    from localspec.errors import IncompatiblePair
+
+    target, small, _ = trio
+    other = zoo.get(TinySpec(vocab_shuffle=7), "other-vocab.gguf")
+    with pytest.raises(IncompatiblePair):
+        Engine(EngineConfig(target=str(target), draft=str(small), draft2=str(other), n_ctx=128))
+
+
+def test_check_verifies_every_draft(trio, zoo):
+    target, small, large = trio
+    r = run_cli("check", str(target), "-d", str(small), "-d", str(large), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["compatible"] is True and [d["path"] for d in out["drafts"]] == [str(small), str(large)]
+    other = zoo.get(TinySpec(vocab_shuffle=7), "other-vocab.gguf")
+    r = run_cli("check", str(target), str(small), str(other))
+    assert r.returncode == 1 and "draft 2 of 2" in r.stdout
