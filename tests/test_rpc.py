@@ -165,6 +165,16 @@ def test_run_json_shows_layers_and_info_lists_devices(workers, tiny_target):
     assert device["total_bytes"] > 0 and device["free_bytes"] > 0
 
 
+def test_slots_stepped_together_over_rpc(workers, tiny_target, tiny_draft, local_outputs):
+    """The batch runner (a server's --parallel slots) over a worker: each answer is the local one."""
+    spec = RunSpec(drafter=DrafterKind.MODEL, adaptive=False, draft_max=4, sampling=GREEDY, max_tokens=48)
+    with engine(tiny_target, tiny_draft, rpc_at=[workers[0].endpoint], parallel=2) as e:
+        r = e.runner()
+        gens = [r.start(e.tokenize(PROMPT), spec) for _ in range(2)]
+        r.run_all()
+        assert [list(g.result().token_ids) for g in gens] == [local_outputs[DrafterKind.MODEL]] * 2
+
+
 def test_gpu_layers_keep_the_rest_here(workers, tiny_target, local_outputs):
     with engine(tiny_target, rpc_at=[workers[0].endpoint], gpu_layers=1) as e:
         assert generate(e, DrafterKind.NONE) == local_outputs[DrafterKind.NONE]
