@@ -36,6 +36,9 @@ class ModelChoice:
     draft_name: str | None = None
     mtp_file: str | None = None      # the target's MTP head file (--draft mtp:PATH); None: find it
     draft2: str | None = None        # a second draft model (drafter "models")
+    rpc: tuple[str, ...] = ()        # RPC workers for the target's layers (EngineConfig.rpc)
+    rpc_draft: bool = False
+    tensor_split: tuple[float, ...] | None = None
 
     def label(self) -> str:
         if self.demo:
@@ -61,6 +64,12 @@ class ModelCard:
     gpu_layers: int
     backend: str
     path: str
+    devices: str = ""    # which devices hold which layers, when some are on RPC workers
+
+
+def device_layout(info) -> str:
+    """ "RPC0 127.0.0.1:50052 0-11 · RPC1 10.0.0.2:50052 12-23,output" ("" when all is local)."""
+    return " · ".join(f"{dev} {info.endpoints.get(dev) or 'here'} {layers}" for dev, layers in info.layers.items())
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,7 @@ def card(role: str, model, name: str | None = None) -> ModelCard:
     return ModelCard(role=role, name=name or Path(info.path).name, description=info.description,
                      quant=quant_of(info.path, info.description), size_bytes=info.size_bytes,
                      n_params=info.n_params, n_layer=info.n_layer, gpu_layers=info.gpu_layers,
-                     backend=info.backend, path=info.path)
+                     backend=info.backend, path=info.path, devices=device_layout(info))
 
 
 class ChatSession:
@@ -167,7 +176,8 @@ class ChatSession:
                 mtp=head is not None, mtp_file=head.file if head is not None else None,
                 n_ctx=choice.n_ctx, threads=choice.threads, gpu_layers=choice.gpu_layers,
                 gpu_layers_draft=choice.gpu_layers_draft, cache_type=choice.cache_type,
-                rollback_depth=rollback_depth(self.settings))
+                rollback_depth=rollback_depth(self.settings), rpc=choice.rpc, rpc_draft=choice.rpc_draft,
+                tensor_split=choice.tensor_split)
             if progress:
                 progress(f"loading {choice.label()}...")
             self._close_engine()

@@ -14,7 +14,7 @@ from ..bench import tuning
 from ..errors import BadInput
 from ..models.mtp_head import locate_mtp, parse_draft_arg
 from .main import cli
-from .options import hardware_options, model_argument, resolve_model, take_target, validated
+from .options import hardware_options, model_argument, resolve_model, rpc_config, take_target, validated
 
 if TYPE_CHECKING:   # the engine loads llama.cpp: imported where a command runs, not for --help
     from ..engine import Engine
@@ -118,7 +118,8 @@ def _engine(opts: dict, models: _Models, specs) -> Engine:
                                mtp_file=models.mtp_file,
                                n_ctx=opts["n_ctx"], threads=opts["threads"],
                                gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
-                               cache_type=opts["cache_type"], rollback_depth=rollback_depth(*specs)))
+                               cache_type=opts["cache_type"], rollback_depth=rollback_depth(*specs),
+                               **rpc_config(opts)))
 
 
 def _hardware(f):
@@ -345,7 +346,7 @@ def tune(**opts) -> int:
             models = _models(opts, _drafters(opts | {"drafter": None}))
             from ..engine.backend import backend_name
 
-            n = tuning.reset(models.key(backend_name(opts["gpu_layers"] or -1)))
+            n = tuning.reset(models.key(backend_name(opts["gpu_layers"] or -1, bool(opts.get("rpc")))))
         else:
             n = tuning.reset()
         click.echo(f"forgot {n} tuned setting{'s' if n != 1 else ''}")

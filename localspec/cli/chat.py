@@ -18,6 +18,7 @@ from .options import (
     hardware_options,
     mtp_pair,
     resolve_model,
+    rpc_config,
     run_spec,
     sampling_options,
     second_draft,
@@ -53,7 +54,7 @@ def choose_models(target: str | None, opts: dict):
 
     drafter = chosen_drafter(opts, "--draft") or DrafterKind.MODEL
     hw = dict(n_ctx=opts["n_ctx"], threads=opts["threads"], gpu_layers=opts["gpu_layers"],
-              gpu_layers_draft=opts["gpu_layers_draft"], cache_type=opts["cache_type"])
+              gpu_layers_draft=opts["gpu_layers_draft"], cache_type=opts["cache_type"], **rpc_config(opts))
     if target is None:
         if opts.get("draft"):
             raise BadInput("--draft needs a TARGET (without one, chat uses the built-in demo pair)")

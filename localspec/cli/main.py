@@ -30,7 +30,7 @@ def cli(ctx: click.Context) -> None:
 
 
 def _register() -> None:
-    from . import bench, chat, check, compare, info, models, pull, run, serve  # noqa: F401  (commands register themselves)
+    from . import bench, chat, check, compare, info, models, pull, run, serve, worker  # noqa: F401  (commands register themselves)
 
 
 def main(argv: list[str] | None = None) -> None:

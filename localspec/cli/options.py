@@ -203,7 +203,39 @@ def hardware_options(n_ctx: int = 4096):
                      help="Draft layers on the GPU (default: as --gpu-layers)."),
         click.option("--cache-type", type=click.Choice(sorted(CACHE_TYPES)), default="f16",
                      show_default=True, help="KV cache type."),
+        rpc_options(),
     )
+
+
+def rpc_options():
+    """The target's layers on other machines (`localspec worker`)."""
+    return _opts(
+        click.option("--rpc", metavar="HOST:PORT[,...]", default=None,
+                     help="RPC workers (`localspec worker`) whose devices take the target's layers "
+                          "with this machine's GPUs; the draft stays here."),
+        click.option("--rpc-draft", is_flag=True,
+                     help="Put the draft model (or an MTP head's file) on the workers too."),
+        click.option("--tensor-split", metavar="SHARES", default=None,
+                     help="Share of the target's layers per device, workers first (e.g. 3,1; "
+                          "default: by free memory)."),
+    )
+
+
+def rpc_config(opts: dict) -> dict:
+    """The EngineConfig fields the RPC flags set (checked by EngineConfig.validate).
+
+    Raises:
+        BadInput: --tensor-split is not a list of numbers.
+    """
+    split = opts.get("tensor_split")
+    shares = None
+    if split:
+        try:
+            shares = tuple(float(x) for x in split.replace("/", ",").split(","))
+        except ValueError:
+            raise BadInput(f"--tensor-split {split}: give numbers separated by commas (e.g. 3,1)") from None
+    return {"rpc": tuple(x for x in (opts.get("rpc") or "").split(",") if x.strip()) if opts.get("rpc") else (),
+            "rpc_draft": bool(opts.get("rpc_draft")), "tensor_split": shares}
 
 
 def generation_options(default_temp: float):
@@ -328,7 +360,7 @@ def engine_config(opts: dict, pair: Pair, spec: RunSpec | None = None) -> Engine
     return EngineConfig(target=pair.target, draft=pair.draft, draft2=pair.draft2, mtp=pair.drafter is DrafterKind.MTP,
                         mtp_file=pair.mtp_file, n_ctx=opts["n_ctx"], threads=opts["threads"],
                         gpu_layers=opts["gpu_layers"], gpu_layers_draft=opts["gpu_layers_draft"],
-                        cache_type=opts["cache_type"], rollback_depth=depth)
+                        cache_type=opts["cache_type"], rollback_depth=depth, **rpc_config(opts))
 
 
 def prepare(opts: dict) -> tuple[EngineConfig, RunSpec]:
@@ -377,7 +409,7 @@ def tuned_settings(opts: dict, pair: Pair, *, quiet: bool = False) -> dict | Non
     from ..engine.backend import backend_name
 
     gl = opts.get("gpu_layers")
-    backend = backend_name(gl if gl is not None else -1)
+    backend = backend_name(gl if gl is not None else -1, bool(opts.get("rpc")))
     entry = (tuning.lookup_mtp(pair.target, pair.mtp_file, backend) if mtp
              else tuning.lookup(pair.target, pair.draft, backend))
     if not entry:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import TypeVar
 
 import llama_cpp.llama_cpp as ll
 import numpy as np
@@ -24,6 +26,7 @@ from ..errors import BadInput, LocalspecError
 from .kv_cache import CACHE_TYPES
 from .outputs import DeviceChain, LogitRows, Rows, SampledRows
 
+T = TypeVar("T")
 DEVICE_ROWS_MAX = 64   # output rows a backend sampler covers in one decode (a verify batch)
 
 # ---------------------------------------------------------------------------------------
@@ -33,6 +36,7 @@ _init_lock = threading.Lock()
 _initialised = False
 _log_tail: collections.deque[str] = collections.deque(maxlen=40)
 _verbose = bool(os.environ.get("LOCALSPEC_LLAMA_LOG"))
+_capture: list[str] | None = None   # while a model loads: llama.cpp's lines placing its layers
 
 
 @ll.llama_log_callback
@@ -43,6 +47,8 @@ def _log_sink(level: int, text: bytes, user_data) -> None:  # pragma: no cover -
         return
     if line.strip():
         _log_tail.append(line.rstrip())
+        if _capture is not None and "assigned to device" in line:
+            _capture.append(line)
     if _verbose:
         os.write(2, text)
 
@@ -86,13 +92,28 @@ def system_info() -> str:
     return ll.llama_print_system_info().decode("utf-8", errors="replace")
 
 
+_offload: bool | None = None
+
+
 def gpu_offload_supported() -> bool:
-    init_backend()
-    return bool(ll.llama_supports_gpu_offload())
+    """Whether this machine has a GPU llama.cpp can offload to (an RPC build says yes to
+    llama.cpp's own question even without one: workers are asked for with ``rpc``)."""
+    global _offload
+    if _offload is None:
+        init_backend()
+        _offload = bool(ll.llama_supports_gpu_offload())
+        if _offload and ll.llama_supports_rpc():
+            from . import rpc
+
+            _offload = any(d.kind in ("GPU", "iGPU") for d in rpc.local_devices())
+    return _offload
 
 
-def backend_name(gpu_layers: int) -> str:
-    """Which backend runs a model loaded with ``gpu_layers`` (CUDA, Metal, Vulkan... or CPU)."""
+def backend_name(gpu_layers: int, rpc: bool = False) -> str:
+    """Which backend runs a model loaded with ``gpu_layers`` (CUDA, Metal, Vulkan... or CPU;
+    "RPC+..." with ``rpc``, layers on workers)."""
+    if rpc and gpu_layers != 0:
+        return "RPC+" + backend_name(gpu_layers)
     if gpu_layers == 0 or not gpu_offload_supported():
         return "CPU"
     info = system_info()
@@ -159,6 +180,44 @@ class ModelInfo:
     backend: str
     recurrent: bool
     hybrid: bool
+    # Which device holds which layers ({"RPC0": "0-11", "CPU": "12-23,output"}); the
+    # devices' names with a worker's address ({"RPC0": "127.0.0.1:50052"}).
+    layers: dict[str, str] = field(default_factory=dict)
+    endpoints: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def layout(self) -> str:
+        """The device layout as a key: a target step on another layout is another cost."""
+        if not self.endpoints:
+            return self.backend
+        return self.backend + "|" + ";".join(f"{self.endpoints.get(d, d)}={r}" for d, r in sorted(self.layers.items()))
+
+
+def _ranges(layers: list[int], n_layer: int) -> str:
+    """Layer indices as "0-11,output" (llama.cpp counts the output layer as layer n_layer)."""
+    out, start, prev = [], None, None
+    for i in sorted(x for x in layers if x < n_layer):
+        if start is None:
+            start = prev = i
+        elif i == prev + 1:
+            prev = i
+        else:
+            out.append(f"{start}-{prev}" if prev != start else str(start))
+            start = prev = i
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+    if n_layer in layers:
+        out.append("output")
+    return ",".join(out)
+
+
+def _placement(lines: list[str], n_layer: int) -> dict[str, str]:
+    by_dev: dict[str, list[int]] = {}
+    for line in lines:
+        m = re.search(r"layer\s+(\d+) assigned to device (\S+?),", line)
+        if m:
+            by_dev.setdefault(m.group(2), []).append(int(m.group(1)))
+    return {d: _ranges(v, n_layer) for d, v in by_dev.items()}
 
 
 class NativeHandle:
@@ -183,21 +242,56 @@ class NativeHandle:
 
 
 class Model(NativeHandle):
-    """A loaded GGUF model: weights, vocabulary and token helpers."""
+    """A loaded GGUF model: weights, vocabulary and token helpers.
 
-    def __init__(self, path: str | os.PathLike, *, gpu_layers: int | None = None, load_mtp: bool = False):
+    ``rpc``: workers (HOST:PORT) whose devices take the layers with this machine's GPUs,
+    split by free memory or by ``tensor_split`` (one share per device, the workers' first).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, gpu_layers: int | None = None, load_mtp: bool = False,
+                 rpc: tuple[str, ...] = (), tensor_split: tuple[float, ...] | None = None):
+        global _capture
         init_backend()
         p = Path(path)
         if not p.is_file():
             raise BadInput(f"{p}: no such model file")
+        self.rpc = tuple(rpc)
+        self.guard = None
+        offload = gpu_offload_supported() or bool(self.rpc)
         if gpu_layers is None:
-            gpu_layers = -1 if gpu_offload_supported() else 0
+            gpu_layers = -1 if offload else 0
         params = ll.llama_model_default_params()
         params.n_gpu_layers = gpu_layers
         params.use_extra_bufts = extra_buffers_default()
         params.load_mtp = load_mtp   # the MTP (nextn) layers: only an MTP drafter runs them
+        endpoints: dict[str, str] = {}
+        keep = []
+        if self.rpc:
+            from . import rpc as rpc_mod
+
+            devices = [d for e in self.rpc for d in rpc_mod.worker_devices(e)]
+            devices += [d for d in rpc_mod.local_devices() if d.kind in ("GPU", "iGPU")]
+            endpoints = {d.name: d.endpoint for d in devices if d.endpoint}
+            arr = (ctypes.c_void_p * (len(devices) + 1))(*[d.handle for d in devices], None)
+            params.devices = ctypes.cast(arr, ctypes.c_void_p).value
+            keep.append(arr)
+            if tensor_split:
+                if len(tensor_split) > len(devices):
+                    raise BadInput(f"--tensor-split has {len(tensor_split)} shares for {len(devices)} devices "
+                                   f"({', '.join(d.name for d in devices)})")
+                shares = (ctypes.c_float * max(ll.llama_max_devices(), len(devices)))(*tensor_split)
+                params.tensor_split = shares
+                keep.append(shares)
+            self.guard = rpc_mod.Guard(self.rpc, name="localspec-rpc-model")
         _log_tail.clear()
-        ptr = ll.llama_model_load_from_file(str(p).encode(), params)
+        _capture = []
+        try:
+            if self.guard is not None:
+                ptr = self.guard.call(lambda: ll.llama_model_load_from_file(str(p).encode(), params))
+            else:
+                ptr = ll.llama_model_load_from_file(str(p).encode(), params)
+        finally:
+            placed, _capture = _capture, None
         if not ptr:
             why = last_log_error() or "llama.cpp could not load it"
             raise BadInput(f"{p}: cannot load model ({why})")
@@ -213,10 +307,14 @@ class Model(NativeHandle):
         self.mtp_loaded = load_mtp and self.n_layer_nextn > 0
         n_layer = int(ll.llama_model_n_layer(ptr))
         self.gpu_layers = n_layer if gpu_layers < 0 else min(gpu_layers, n_layer)
-        if not gpu_offload_supported():
+        if not offload:
             self.gpu_layers = 0
-        # llama.cpp offloads the output layer with the last of n_layer + 1 "layers".
-        self.output_on_device = gpu_offload_supported() and (gpu_layers < 0 or gpu_layers > n_layer)
+        # llama.cpp offloads the output layer with the last of n_layer + 1 "layers", to the
+        # last device: a local GPU when there is one, else a worker. On a worker, choosing
+        # tokens in the graph costs round trips whenever the sampler changes (measured: a
+        # verify ~5x dearer at 2 ms each way), more than sending the rows saves.
+        on_device = gpu_offload_supported() if self.rpc else offload
+        self.output_on_device = on_device and (gpu_layers < 0 or gpu_layers > n_layer)
         self._pieces: dict[int, bytes] = {}
         self._eog = np.zeros(self.n_vocab, dtype=bool)
         for t in range(self.n_vocab):
@@ -233,10 +331,21 @@ class Model(NativeHandle):
             n_ctx_train=int(ll.llama_model_n_ctx_train(ptr)),
             n_vocab=self.n_vocab,
             gpu_layers=self.gpu_layers,
-            backend=backend_name(self.gpu_layers),
+            backend=backend_name(self.gpu_layers, bool(self.rpc)),
             recurrent=bool(ll.llama_model_is_recurrent(ptr)),
             hybrid=bool(ll.llama_model_is_hybrid(ptr)),
+            layers=_placement(placed, n_layer) if self.rpc else {},
+            endpoints=endpoints,
         )
+
+    def remote(self, fn: Callable[[], T]) -> T:
+        """``fn()`` (a llama.cpp call that may reach a worker) through this model's guard
+        when it has layers on workers.
+
+        Raises:
+            WorkerLost: a worker stopped answering.
+        """
+        return fn() if self.guard is None else self.guard.call(fn)
 
     # -- tokens -----------------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -291,7 +400,26 @@ class Model(NativeHandle):
         return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
 
     def _free(self) -> None:
-        ll.llama_model_free(self.ptr)
+        ptr = self.ptr
+        _free_remote(self.guard, lambda: ll.llama_model_free(ptr))
+        if self.guard is not None:
+            self.guard.close()
+
+
+def _free_remote(guard, fn: Callable[[], None]) -> None:
+    """Free llama.cpp memory; on a lost worker it stays allocated (freeing would wait for the
+    worker for ever)."""
+    if guard is None:
+        fn()
+        return
+    if guard.broken:
+        return
+    from .rpc import WorkerLost
+
+    try:
+        guard.call(fn)
+    except WorkerLost:
+        pass
 
 
 # ---------------------------------------------------------------------------------------
@@ -345,8 +473,14 @@ class Context(NativeHandle):
             # Recurrent-state snapshots: a short tail can then be cut like a KV cache
             # (llama.cpp clamps this to 0 for architectures that do not support it).
             params.n_rs_seq = rollback_depth
+        # Calls that may reach a worker go through a guard thread of this context's own.
+        self.guard = None
+        if model.rpc:
+            from .rpc import Guard
+
+            self.guard = Guard(model.rpc, name="localspec-rpc-context")
         _log_tail.clear()
-        ptr = ll.llama_init_from_model(model.ptr, params)
+        ptr = self.remote(lambda: ll.llama_init_from_model(model.ptr, params))
         if not ptr:
             why = last_log_error() or "out of memory?"
             raise LocalspecError(f"cannot create a {n_ctx}-token context for {Path(model.path).name} ({why})")
@@ -388,6 +522,14 @@ class Context(NativeHandle):
         # The batch's arrays, fetched once (each attribute read builds a new ctypes pointer).
         self._b_token, self._b_pos, self._b_logits = b.token, b.pos, b.logits
 
+    def remote(self, fn: Callable[[], T]) -> T:
+        """``fn()`` directly, or on the guard's thread when the model has layers on workers.
+
+        Raises:
+            WorkerLost: a worker stopped answering (this context cannot be used again).
+        """
+        return fn() if self.guard is None else self.guard.call(fn)
+
     @property
     def n_past(self) -> int:
         return len(self.tokens)
@@ -424,9 +566,13 @@ class Context(NativeHandle):
         k = max(keys)
         buf = self.checkpoints[k]
         t0 = time.perf_counter()
-        done = ll.llama_state_seq_set_data_ext(self.ptr, buf, len(buf), 0, STATE_PARTIAL)
-        ok = done == len(buf) and ll.llama_memory_seq_rm(self.mem, 0, k, -1)
-        ll.llama_synchronize(self.ptr)
+        def restore():
+            done = ll.llama_state_seq_set_data_ext(self.ptr, buf, len(buf), 0, STATE_PARTIAL)
+            ok = done == len(buf) and ll.llama_memory_seq_rm(self.mem, 0, k, -1)
+            ll.llama_synchronize(self.ptr)
+            return ok
+
+        ok = self.remote(restore)
         self.stats.seconds += time.perf_counter() - t0
         if not ok:
             return self._restart()
@@ -446,10 +592,15 @@ class Context(NativeHandle):
         if self.n_past in self.checkpoints:
             return
         t0 = time.perf_counter()
-        size = ll.llama_state_seq_get_size_ext(self.ptr, 0, STATE_PARTIAL)
+        size = self.remote(lambda: ll.llama_state_seq_get_size_ext(self.ptr, 0, STATE_PARTIAL))
         buf = (ctypes.c_uint8 * size)()
-        got = ll.llama_state_seq_get_data_ext(self.ptr, buf, size, 0, STATE_PARTIAL)
-        ll.llama_synchronize(self.ptr)
+
+        def save():
+            got = ll.llama_state_seq_get_data_ext(self.ptr, buf, size, 0, STATE_PARTIAL)
+            ll.llama_synchronize(self.ptr)
+            return got
+
+        got = self.remote(save)
         self.stats.seconds += time.perf_counter() - t0
         if got != size:  # pragma: no cover - defensive
             return
@@ -476,9 +627,9 @@ class Context(NativeHandle):
         """Forget sequence 0 (the only one a single run uses; other sequences are a batch
         runner's). ``tokens`` stays the same list, which the runner shares as seq 0's mirror."""
         if self.n_seq > 1:
-            ll.llama_memory_seq_rm(self.mem, 0, -1, -1)
+            self.remote(lambda: ll.llama_memory_seq_rm(self.mem, 0, -1, -1))
         else:
-            ll.llama_memory_clear(self.mem, True)
+            self.remote(lambda: ll.llama_memory_clear(self.mem, True))
         self.tokens.clear()
         self.checkpoints.clear()
         self.pinned = None
@@ -492,16 +643,16 @@ class Context(NativeHandle):
         if chain == self.device_chain:
             return
         if self._chain_ptr is not None:
-            ll.llama_set_sampler(self.ptr, 0, None)
+            self.remote(lambda: ll.llama_set_sampler(self.ptr, 0, None))
             ll.llama_sampler_free(self._chain_ptr)
             self._chain_ptr = None
         self.device_chain = None
         if chain is not None:
             ptr = chain.build()
-            if ll.llama_set_sampler(self.ptr, 0, ptr) and _runs_on_backend(ptr):
+            if self.remote(lambda: ll.llama_set_sampler(self.ptr, 0, ptr)) and _runs_on_backend(ptr):
                 self._chain_ptr, self.device_chain = ptr, chain
             else:  # this backend cannot run the chain: full rows it is
-                ll.llama_set_sampler(self.ptr, 0, None)
+                self.remote(lambda: ll.llama_set_sampler(self.ptr, 0, None))
                 ll.llama_sampler_free(ptr)
 
     def decode_rows(self, tokens: list[int], n_out: int) -> Rows:
@@ -553,10 +704,13 @@ class Context(NativeHandle):
                 b_logits[m - 1] = True
             b.n_tokens = m
             t0 = time.perf_counter()
-            rc = ll.llama_decode(self.ptr, b)
-            # llama_decode may return before an asynchronous (GPU) backend has finished:
-            # wait, so that the time is the decode's and the next timed region starts clean.
-            ll.llama_synchronize(self.ptr)
+            if self.guard is None:
+                rc = ll.llama_decode(self.ptr, b)
+                # llama_decode may return before an asynchronous (GPU) backend has finished:
+                # wait, so that the time is the decode's and the next timed region starts clean.
+                ll.llama_synchronize(self.ptr)
+            else:
+                rc = self.guard.call(self._decode_sync)
             if self.count_decode_time:
                 self.decode_seconds += time.perf_counter() - t0
             self._last_call = m
@@ -574,6 +728,11 @@ class Context(NativeHandle):
         if logits == "last":
             return self._view(ll.llama_get_logits_ith(self.ptr, -1), (self._n_vocab,))
         return self._view(ll.llama_get_logits(self.ptr), (want, self._n_vocab))
+
+    def _decode_sync(self) -> int:
+        rc = ll.llama_decode(self.ptr, self._batch)
+        ll.llama_synchronize(self.ptr)
+        return rc
 
     def _view(self, ptr, shape: tuple[int, ...]) -> np.ndarray:
         """A numpy view of llama.cpp's logits buffer, kept per address and shape (building
@@ -599,6 +758,10 @@ class Context(NativeHandle):
         self._restore(n)
 
     def _free(self) -> None:
-        self.sample_on_device(None)
+        if self.guard is None or not self.guard.broken:
+            self.sample_on_device(None)
         ll.llama_batch_free(self._batch)
-        ll.llama_free(self.ptr)
+        ptr = self.ptr
+        _free_remote(self.guard, lambda: ll.llama_free(ptr))
+        if self.guard is not None:
+            self.guard.close()

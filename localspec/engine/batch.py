@@ -115,8 +115,7 @@ class _Seqs:
                 k += 1
         self.batch.n_tokens = k
         t0 = time.perf_counter()
-        rc = ll.llama_decode(self.ctx.ptr, self.batch)
-        ll.llama_synchronize(self.ctx.ptr)
+        rc = self.ctx.remote(self._decode_sync)   # on the context's guard thread with --rpc
         self.seconds += time.perf_counter() - t0
         if rc != 0:
             for i in group:   # what a failed decode left behind goes
@@ -132,6 +131,11 @@ class _Seqs:
             if want:
                 out[i] = x[r:r + want].copy() if copy else x[r:r + want]
                 r += want
+
+    def _decode_sync(self) -> int:
+        rc = ll.llama_decode(self.ctx.ptr, self.batch)
+        ll.llama_synchronize(self.ctx.ptr)
+        return rc
 
     def close(self) -> None:
         if self.batch is not None:

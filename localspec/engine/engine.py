@@ -68,8 +68,24 @@ class EngineConfig:
     # many sequences, each with the full n_ctx (KV memory: parallel x n_ctx). Recurrent,
     # hybrid and MTP targets keep 1 (``Engine.parallel_note`` says why).
     parallel: int = 1
+    # RPC workers (HOST:PORT) whose devices take the target's layers; the draft model and an
+    # MTP head stay on this machine unless rpc_draft. tensor_split: one share per device,
+    # the workers' first (default: llama.cpp's split by free memory).
+    rpc: tuple[str, ...] = ()
+    rpc_draft: bool = False
+    tensor_split: tuple[float, ...] | None = None
 
     def validate(self) -> None:
+        from .rpc import parse_endpoints
+
+        self.rpc = parse_endpoints(self.rpc)
+        if self.rpc_draft and not self.rpc:
+            raise BadInput("--rpc-draft needs workers: give --rpc HOST:PORT")
+        if self.tensor_split is not None:
+            if not self.rpc:
+                raise BadInput("--tensor-split shares the target's layers between RPC workers: give --rpc HOST:PORT")
+            if any(x < 0 for x in self.tensor_split) or not any(x > 0 for x in self.tensor_split):
+                raise BadInput("--tensor-split takes shares >= 0, at least one above 0 (e.g. 3,1)")
         if self.parallel < 1:
             raise BadInput(f"--parallel must be >= 1 (got {self.parallel})")
         if self.n_ctx < 16:
@@ -100,8 +116,14 @@ class Engine:
                     raise IncompatiblePair(report.summary(), report)
                 self.compat = self.compat or report
         threads = config.threads or default_threads()
+        if config.rpc:
+            from .rpc import require
+
+            require()
+        draft_rpc = config.rpc if config.rpc_draft else ()
         self.target_model = Model(config.target, gpu_layers=config.gpu_layers,
-                                  load_mtp=config.mtp and not config.mtp_file)
+                                  load_mtp=config.mtp and not config.mtp_file, rpc=config.rpc,
+                                  tensor_split=config.tensor_split)
         depth = DEFAULT_ROLLBACK_DEPTH if config.rollback_depth is None else config.rollback_depth
         self.parallel, self.parallel_note = config.parallel, ""
         info = self.target_model.info
@@ -118,7 +140,7 @@ class Engine:
         self._generators: dict[DrafterKind, Generator] = {DrafterKind.NONE: Generator(self.target_ctx)}
         if config.draft:
             gl = config.gpu_layers_draft if config.gpu_layers_draft is not None else config.gpu_layers
-            self.draft_model = Model(config.draft, gpu_layers=gl)
+            self.draft_model = Model(config.draft, gpu_layers=gl, rpc=draft_rpc)
             self.draft_ctx = Context(self.draft_model, n_ctx=config.n_ctx, threads=threads,
                                      n_batch=config.n_batch, cache_type=config.cache_type,
                                      device_sampling=config.device_sampling, n_seq=self.parallel)
@@ -139,7 +161,7 @@ class Engine:
             gl = config.gpu_layers_draft if config.gpu_layers_draft is not None else config.gpu_layers
             self.mtp_model, self.mtp_ctx = open_mtp_head(
                 self.target_model, config.mtp_file, n_ctx=config.n_ctx, threads=threads,
-                n_batch=config.n_batch, cache_type=CACHE_TYPES[config.cache_type], gpu_layers=gl)
+                n_batch=config.n_batch, cache_type=CACHE_TYPES[config.cache_type], gpu_layers=gl, rpc=draft_rpc)
             self._generators[DrafterKind.MTP] = Generator(self.target_ctx, MtpDrafter(self.target_ctx, self.mtp_ctx))
         # The one prompt lookup, alone or first in a chain: what it learned of which match
         # lengths the target accepts on this pair serves both.
@@ -148,13 +170,14 @@ class Engine:
         self.lock = self._lock   # held while one generation (or a batch round) uses the contexts
         self._runner = None
         # What each drafter's adaptive policy learned: seeds the next generation.
-        self.memory = Memory(config.target, config.draft, self.target_model.info.backend, persist=config.remember)
+        # (keyed by the device layout: a target step on workers is another cost)
+        self.memory = Memory(config.target, config.draft, self.target_model.info.layout, persist=config.remember)
 
     def _load_second_draft(self, config: EngineConfig, threads: int) -> None:
         """The second draft model and the pair drafter: the smaller weights are the small
         draft (the first draft's own generator, DrafterKind.MODEL, keeps the first)."""
         gl = config.gpu_layers_draft if config.gpu_layers_draft is not None else config.gpu_layers
-        self.draft2_model = Model(config.draft2, gpu_layers=gl)
+        self.draft2_model = Model(config.draft2, gpu_layers=gl, rpc=config.rpc if config.rpc_draft else ())
         self.draft2_ctx = Context(self.draft2_model, n_ctx=config.n_ctx, threads=threads,
                                   n_batch=config.n_batch, cache_type=config.cache_type,
                                   device_sampling=config.device_sampling)
@@ -332,6 +355,7 @@ class Engine:
                        "gpu_layers": t.gpu_layers, "n_layer": t.n_layer, "kind": _kind(t),
                        "memory": self.target_ctx.rollback.value},
             "drafters": [k.value for k in self.drafters],
+            "devices": self.devices(),
             "n_ctx": self.target_ctx.n_ctx,
             "threads": self.target_ctx.threads,
             "parallel": self.parallel,
@@ -355,6 +379,21 @@ class Engine:
             m = self.mtp_ctx.model
             out["mtp"] = {"path": m.path, "embedded": self.mtp_model is None, "layers": m.n_layer_nextn,
                           "backend": m.info.backend}
+        return out
+
+    def devices(self) -> dict[str, dict]:
+        """Which devices hold which layers of each model: {"target": {"RPC0": {"layers":
+        "0-11", "endpoint": "127.0.0.1:50052"}, ...}, "draft": {...}}; a model wholly on
+        this machine reads {"CPU": {"layers": "all"}} (or its backend's name)."""
+        out = {}
+        for role, model in (("target", self.target_model), ("draft", self.draft_model)):
+            if model is None:
+                continue
+            info = model.info
+            if info.layers:
+                out[role] = {dev: {"layers": r, "endpoint": info.endpoints.get(dev)} for dev, r in info.layers.items()}
+            else:
+                out[role] = {info.backend: {"layers": "all", "endpoint": None}}
         return out
 
     def settle_draft(self) -> None:

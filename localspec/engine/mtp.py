@@ -42,6 +42,7 @@ from ..errors import BadInput, LocalspecError
 from .backend import Context, Model, NativeHandle, Rollback, RollbackStats, last_log_error
 from .drafters import Draft, ReadsInline, common_prefix, pick
 from .outputs import LogitRows
+from .rpc import WorkerLost
 from .sampling import Dist, SamplingConfig
 
 _FLOAT_P = ctypes.POINTER(ctypes.c_float)
@@ -74,7 +75,7 @@ class MtpContext(NativeHandle):
         params.type_v = cache_type
         params.no_perf = True
         params.ctx_type = ll.LLAMA_CONTEXT_TYPE_MTP
-        ptr = ll.llama_init_from_model(model.ptr, params)
+        ptr = model.remote(lambda: ll.llama_init_from_model(model.ptr, params))   # (a worker's, with --rpc)
         if not ptr:
             why = last_log_error() or "out of memory?"
             raise LocalspecError(f"cannot create the MTP context for {Path(model.path).name} ({why})")
@@ -106,7 +107,7 @@ class MtpContext(NativeHandle):
         return len(self.tokens)
 
     def clear(self) -> None:
-        ll.llama_memory_clear(self.mem, True)
+        self.model.remote(lambda: ll.llama_memory_clear(self.mem, True))
         self.tokens = []
 
     def decode(self, tokens: list[int], pos0: int, hidden: np.ndarray,
@@ -132,7 +133,7 @@ class MtpContext(NativeHandle):
             if output and start + m == n:
                 ll.llama_batch_ext_set_output_logits(b, m - 1, True)
             t0 = time.perf_counter()
-            rc = ll.llama_process(self.ptr, ll.LLAMA_PROCESS_TYPE_DECODE, b)
+            rc = self.model.remote(lambda: ll.llama_process(self.ptr, ll.LLAMA_PROCESS_TYPE_DECODE, b))
             self.decode_seconds += time.perf_counter() - t0
             if rc != 0:
                 ll.llama_memory_seq_rm(self.mem, 0, pos0 + start, -1)
@@ -147,7 +148,11 @@ class MtpContext(NativeHandle):
 
     def _free(self) -> None:
         ll.llama_batch_ext_free(self._batch)
-        ll.llama_free(self.ptr)
+        ptr = self.ptr
+        try:
+            self.model.remote(lambda: ll.llama_free(ptr))
+        except WorkerLost:   # its memory on the lost worker stays allocated (freeing would wait for ever)
+            pass
 
 
 class MtpDrafter(ReadsInline):
@@ -283,11 +288,13 @@ class MtpDrafter(ReadsInline):
 
 
 def open_mtp_head(target: Model, mtp_file: str | None, *, n_ctx: int, threads: int, n_batch: int,
-                  cache_type: int, gpu_layers: int | None) -> tuple[Model | None, MtpContext]:
+                  cache_type: int, gpu_layers: int | None,
+                  rpc: tuple[str, ...] = ()) -> tuple[Model | None, MtpContext]:
     """The MTP context for ``target``: on its own weights (loaded with ``load_mtp``) or on a
-    separate MTP GGUF, which is loaded here and returned with it."""
+    separate MTP GGUF, which is loaded here (on the workers ``rpc``, if any) and returned
+    with it."""
     if mtp_file:
-        model = Model(mtp_file, gpu_layers=gpu_layers, load_mtp=True)
+        model = Model(mtp_file, gpu_layers=gpu_layers, load_mtp=True, rpc=rpc)
         if model.n_layer_nextn <= 0:
             model.close()
             raise BadInput(f"{mtp_file}: carries no MTP (nextn) layers")

@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse
 
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "not_found_error", 405: "invalid_request_error", 413: "invalid_request_error",
-          429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+          429: "rate_limit_error", 500: "server_error", 502: "server_error", 503: "server_error"}
 
 
 class ApiError(Exception):

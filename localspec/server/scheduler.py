@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine import Done, Engine, PromptProcessed, RunSpec, Step, StopReason, TextChunk, Token
+from ..engine.rpc import WorkerLost
 from ..errors import LocalspecError
 from .errors import ApiError
 from .live import LiveState
@@ -219,6 +220,9 @@ class Scheduler:
                     done = ev
                     m.answered(ev.summary)
             outcome, last = _OUTCOME.get(done.stop_reason) or job.cancel_reason or "cancelled", done
+        except WorkerLost as exc:        # an RPC worker died mid-answer: a bad gateway, this request only
+            log.error("request %s failed: %s", job.id, exc)
+            outcome, last = "error", ApiError(502, str(exc), code="worker_lost")
         except LocalspecError as exc:    # e.g. a prompt the engine cannot take
             outcome, last = "bad_request", ApiError(400, str(exc))
         except Exception as exc:         # never a traceback: one line in the log, a 500 to the client

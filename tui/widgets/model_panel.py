@@ -33,7 +33,12 @@ class ModelsCard(Card):
         pad = " " * INDENT
         gpu = f"{c.gpu_layers}/{c.n_layer} layers on GPU"
         out.add(f"{pad}{c.quant} · {human_bytes(c.size_bytes)} · {human_count(c.n_params)} params\n", "muted")
-        out.add(f"{pad}{c.backend} · {gpu}\n", "muted")
+        if c.devices:   # layers on RPC workers: which device holds which
+            out.add(f"{pad}{c.backend}\n", "muted")
+            for part in c.devices.split(" · "):
+                out.add(f"{pad}{part}\n", "muted")
+        else:
+            out.add(f"{pad}{c.backend} · {gpu}\n", "muted")
 
     def write(self, out: Lines) -> None:
         sm = self.summary
