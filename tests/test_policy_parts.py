@@ -183,3 +183,16 @@ def test_the_script_prints_the_contracted_json(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate_policy.py"), "--scenarios",
                           str(tmp_path / "missing.json")], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+
+
+def test_a_graph_build_costs_once_per_batch_size_and_for_the_draft():
+    """``first_ms``: the target alone pays it once (batch 1); a fixed K pays it for the plain
+    size only if it ever decodes one, its verify size and the draft's first decode."""
+    base = {"name": "g", "target_ms": [10.0] * 9, "draft_ms": 1.0, "accept": [1.0] * 8, "tokens": 64}
+    plain, built = sim.Scenario.from_dict(base), sim.Scenario.from_dict({**base, "first_ms": 30.0})
+    for setting, extra in (("target", 0.030), ("K=3", 0.060)):
+        (n0, t0, _), (n1, t1, _) = sim.simulate(plain, setting, 0), sim.simulate(built, setting, 0)
+        assert n0 == n1 == 64
+        assert t1 - t0 == pytest.approx(extra)
+    with pytest.raises(sim.BadInput):
+        sim.Scenario.from_dict({**base, "first_ms": -1})

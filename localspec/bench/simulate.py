@@ -14,6 +14,8 @@ so their tokens per second differ only by their decisions. Format of a scenario 
      "drift": 0.5,               # optional: target costs grow by this fraction over the answer
      "loop_ms": [0.03, 0.01],    # optional: a drafting / plain round's time beyond its decodes
      "match": 0.3,               # optional: P(the drafter proposes anything in a round), a lookup's matches
+     "first_ms": 30.0,           # optional: an answer's first decode of each batch size (and the
+                                 # draft's first) costs this much more: a GPU building its graph
      "drafter": "model"}         # optional: "model", "mtp" or "ngram" (default: ngram when draft_ms is 0)
 """
 
@@ -48,6 +50,7 @@ class Scenario:
     loop_ms: tuple[float, float] = (0.0, 0.0)
     match: float = 1.0
     drafter: str = "model"
+    first_ms: float = 0.0
 
     @classmethod
     def from_dict(cls, d: dict) -> Scenario:
@@ -59,10 +62,12 @@ class Scenario:
                     tokens=int(d["tokens"]), then_at=int(then["at"]) if then else None,
                     then_accept=tuple(float(x) for x in then.get("accept", ())), noise=float(d.get("noise", 0.0)),
                     drift=float(d.get("drift", 0.0)), loop_ms=tuple(float(x) for x in d.get("loop_ms", (0, 0)))[:2],
-                    match=float(d.get("match", 1.0)),
+                    match=float(d.get("match", 1.0)), first_ms=float(d.get("first_ms", 0.0)),
                     drafter=str(d.get("drafter") or ("ngram" if float(d["draft_ms"]) == 0 else "model")))
         except (KeyError, TypeError, ValueError) as e:
             raise BadInput(f"scenario {d.get('name', '?')!r}: bad or missing field ({e})") from None
+        if s.first_ms < 0:
+            raise BadInput(f"scenario {s.name!r}: first_ms must be >= 0")
         if len(s.loop_ms) != 2 or min(s.loop_ms) < 0:
             raise BadInput(f"scenario {s.name!r}: loop_ms must be two times >= 0 (drafting, plain)")
         if not s.target_ms or min(s.target_ms) <= 0 or not s.accept or s.tokens < 1 or s.draft_ms < 0:
@@ -113,12 +118,20 @@ def simulate(s: Scenario, setting: str, seed: int, params: Params | None = None,
                                 clock=lambda: now[0])
     else:
         policy = FixedPolicy(0 if setting == "target" else int(setting.split("=")[1]))
+    built: set[int] = set()   # batch sizes decoded once (0: the draft's graph)
+
+    def first_use(size: int) -> float:
+        if not s.first_ms or size in built:
+            return 0.0
+        built.add(size)
+        return s.first_ms / 1000.0
+
     tokens = rounds = 0
     while tokens < s.tokens:
         quiet = min(policy.quiet_rounds(), s.tokens - tokens)
         if quiet:
             for _ in range(quiet):
-                now[0] += timed(s.target(1, tokens)) + s.loop_ms[1] / 1000.0
+                now[0] += timed(s.target(1, tokens)) + first_use(1) + s.loop_ms[1] / 1000.0
                 tokens += 1
             policy.passed(quiet, quiet)
             continue
@@ -130,11 +143,12 @@ def simulate(s: Scenario, setting: str, seed: int, params: Params | None = None,
             a += 1
         if k:
             steps = 1 if s.drafter == "ngram" else drafted
-            per = [timed(s.draft_ms / 1000.0, 1 + i) for i in range(steps)]
+            per = [timed(s.draft_ms / 1000.0, 1 + i) + (first_use(0) if i == 0 and steps else 0.0)
+                   for i in range(steps)]
             draft_s, sync_s = sum(per), per[0]
         else:
             steps, draft_s, sync_s = 0, 0.0, 0.0
-        verify_s = timed(s.target(drafted + 1, tokens))
+        verify_s = timed(s.target(drafted + 1, tokens)) + first_use(drafted + 1)
         now[0] += draft_s + verify_s + s.loop_ms[0 if k else 1] / 1000.0
         emitted = min(a + 1, s.tokens - tokens)
         policy.observe(Step(index=rounds, k=k, drafted=drafted, accepted=a, emitted=emitted, draft_seconds=draft_s,
