@@ -16,6 +16,8 @@ so their tokens per second differ only by their decisions. Format of a scenario 
      "match": 0.3,               # optional: P(the drafter proposes anything in a round), a lookup's matches
      "first_ms": 30.0,           # optional: an answer's first decode of each batch size (and the
                                  # draft's first) costs this much more: a GPU building its graph
+     "seed_tokens": 8,           # optional: the length of the earlier answer the default starts
+                                 # from (default: as long as this one)
      "drafter": "model"}         # optional: "model", "mtp" or "ngram" (default: ngram when draft_ms is 0)
 """
 
@@ -51,6 +53,7 @@ class Scenario:
     match: float = 1.0
     drafter: str = "model"
     first_ms: float = 0.0
+    seed_tokens: int | None = None
 
     @classmethod
     def from_dict(cls, d: dict) -> Scenario:
@@ -63,11 +66,12 @@ class Scenario:
                     then_accept=tuple(float(x) for x in then.get("accept", ())), noise=float(d.get("noise", 0.0)),
                     drift=float(d.get("drift", 0.0)), loop_ms=tuple(float(x) for x in d.get("loop_ms", (0, 0)))[:2],
                     match=float(d.get("match", 1.0)), first_ms=float(d.get("first_ms", 0.0)),
+                    seed_tokens=int(d["seed_tokens"]) if d.get("seed_tokens") is not None else None,
                     drafter=str(d.get("drafter") or ("ngram" if float(d["draft_ms"]) == 0 else "model")))
         except (KeyError, TypeError, ValueError) as e:
             raise BadInput(f"scenario {d.get('name', '?')!r}: bad or missing field ({e})") from None
-        if s.first_ms < 0:
-            raise BadInput(f"scenario {s.name!r}: first_ms must be >= 0")
+        if s.first_ms < 0 or (s.seed_tokens is not None and s.seed_tokens < 1):
+            raise BadInput(f"scenario {s.name!r}: first_ms must be >= 0, seed_tokens >= 1")
         if len(s.loop_ms) != 2 or min(s.loop_ms) < 0:
             raise BadInput(f"scenario {s.name!r}: loop_ms must be two times >= 0 (drafting, plain)")
         if not s.target_ms or min(s.target_ms) <= 0 or not s.accept or s.tokens < 1 or s.draft_ms < 0:
@@ -175,7 +179,8 @@ def evaluate(s: Scenario, seeds: int = 1, params: Params | None = None, cold: bo
         for seed in range(seeds):
             learned = None
             if setting == "default" and not cold:
-                learned = simulate(s, setting, seeds + seed, params)[2]
+                earlier = replace(s, tokens=s.seed_tokens) if s.seed_tokens else s
+                learned = simulate(earlier, setting, seeds + seed, params)[2]
             runs.append(simulate(s, setting, seed, params, learned))
         out[setting] = sum(r[0] for r in runs) / sum(r[1] for r in runs)
     best = max((k for k in out if k != "default"), key=out.get)
