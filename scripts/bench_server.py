@@ -253,7 +253,8 @@ def parallel_servers(a, target: str, draft: str) -> dict[str, tuple[list[str], i
     servers["localspec+draft -np 1"] = (localspec("serve", "-m", target, "-d", draft, "--parallel", "1", "--port",
                                                   str(port), "--quiet", *th, "--ctx", str(a.ctx)), port)
     if a.llama_server:
-        for name, extra in (("llama-server", []), ("llama-server+draft", ["-md", draft])):
+        for name, extra in (("llama-server", []), ("llama-server+draft", ["-md", draft, "--spec-type", "draft-simple",
+                                                                  "-td", str(a.threads), "-tbd", str(a.threads)])):
             port = free_port()
             servers[name] = ([a.llama_server, "-m", target, *extra, "-np", str(a.parallel), "-c",
                               str(a.ctx * a.parallel), "-t", str(a.threads), "-tb", str(a.threads),
@@ -263,7 +264,7 @@ def parallel_servers(a, target: str, draft: str) -> dict[str, tuple[list[str], i
 
 def parallel_main(a) -> None:
     target, draft = pair_paths(a.pair)
-    prompts = [f"Write a paragraph about {PAR_TOPICS[i % len(PAR_TOPICS)]}." for i in range(a.clients)]
+    prompts = [f"Here is a long paragraph about {PAR_TOPICS[i % len(PAR_TOPICS)]}:\n\n" for i in range(a.clients)]
     load_before = os.getloadavg()
     specs = parallel_servers(a, target, draft)
     servers = {}

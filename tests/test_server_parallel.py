@@ -161,3 +161,10 @@ def test_full_queue_is_still_429(slow_pair):
         for t in threads:
             t.join(60)
         assert server.snapshot().requests.get("queue_full", 0) == 1
+
+
+def test_answers_that_end_with_their_first_token_are_all_answered(smol):
+    """Several requests admitted in one round, each done after its first token (its slot frees
+    at once and the next takes it): every one is answered."""
+    texts = _ask_all(client(smol), PROMPTS[:3] * 2, max_tokens=1)
+    assert len(texts) == 6 and all(isinstance(t, str) for t in texts)

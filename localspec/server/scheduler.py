@@ -328,6 +328,10 @@ class Scheduler:
             self._slots[slot] = None
             self._end(job, None, exc, 0.0, slot)
             return
+        if gen.finished:     # ended with its first token: answered now, its slot free for the next
+            self._slots[slot] = None
+            self._end(job, gen.done, gen.error, state["ttft"], slot)
+            return
         self._slots[slot] = (job, gen, state)
 
     def _reap(self) -> None:
