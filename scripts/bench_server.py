@@ -13,6 +13,16 @@
    over the wall time, next to the same requests sent one after another.
 
     python scripts/bench_server.py --demo -n 256 --runs 9 --threads 1 --out docs/bench/server-smollm2-cpu.json
+
+With ``--parallel N``: slots side by side with llama-server (built from the vendored llama.cpp
+by ``scripts/build_reference.sh .cache/reference llama-server``), on one pair (``--pair``: demo,
+or the generated ``pays``/``loses`` pairs of scripts/bench_policy.py): N concurrent clients'
+aggregate tok/s for llama-server ``-np N`` and ``localspec serve --parallel N``, each without
+and with the draft; one client against ``localspec serve --parallel 1``; and whether each
+concurrent greedy answer is the one the same request gets alone. Settings alternate within
+each run (a rotating order); medians.
+
+    python scripts/bench_server.py --parallel 4 --pair demo --clients 4 -n 96 --runs 5 --threads 1 --ctx 1024
 """
 
 from __future__ import annotations
@@ -142,6 +152,177 @@ def concurrent(server: Served, questions: list[str], n: int) -> dict:
             "ttft_s": sorted(r["ttft_s"] for r in results), "latency_s": sorted(r["wall_s"] for r in results)}
 
 
+# -- slots side by side with llama-server ---------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+PAR_TOPICS = ["the ocean", "a robot", "a mountain", "a library", "a storm", "a garden", "a train", "the moon"]
+
+
+def pair_paths(which: str) -> tuple[str, str]:
+    if which == "demo":
+        from localspec.models.demo import demo_pair
+
+        t, d = demo_pair()
+        return str(t), str(d)
+    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "tests"))
+    from bench_policy import generated_pair
+
+    root = ROOT / ".cache" / "bench_policy"
+    root.mkdir(parents=True, exist_ok=True)
+    return generated_pair(root, which)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Http:
+    """A server process answering /v1/completions on a port of its own."""
+
+    def __init__(self, name: str, cmd: list[str], port: int):
+        self.name, self.port = name, port
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if self.get("/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"{name} did not start: {' '.join(cmd)}")
+            time.sleep(0.2)
+
+    def get(self, path: str):
+        import http.client
+
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        conn.request("GET", path)
+        r = conn.getresponse()
+        return r.status, r.read()
+
+    def complete(self, prompt: str, n: int) -> dict:
+        import http.client
+
+        body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": n, "temperature": 0}).encode()
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        t0 = time.perf_counter()
+        conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+        data = json.loads(conn.getresponse().read())
+        wall = time.perf_counter() - t0
+        return {"text": data["choices"][0]["text"], "tokens": data["usage"]["completion_tokens"], "wall_s": wall}
+
+    def together(self, prompts: list[str], n: int) -> dict:
+        out = [None] * len(prompts)
+
+        def one(i):
+            out[i] = self.complete(prompts[i], n)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        tokens = sum(r["tokens"] for r in out)
+        return {"tok_s": tokens / wall, "tokens": tokens, "wall_s": wall, "texts": [r["text"] for r in out]}
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def parallel_servers(a, target: str, draft: str) -> dict[str, tuple[list[str], int]]:
+    """Each setting's command line and port."""
+    servers = {}
+    th = ["--threads", str(a.threads)]
+    for name, extra in (("localspec", ["--no-draft"]), ("localspec+draft", ["-d", draft])):
+        port = free_port()
+        servers[name] = (localspec("serve", "-m", target, *extra, "--parallel", str(a.parallel), "--port", str(port),
+                                   "--quiet", *th, "--ctx", str(a.ctx), "--queue", "64"), port)
+    port = free_port()
+    servers["localspec+draft -np 1"] = (localspec("serve", "-m", target, "-d", draft, "--parallel", "1", "--port",
+                                                  str(port), "--quiet", *th, "--ctx", str(a.ctx)), port)
+    if a.llama_server:
+        for name, extra in (("llama-server", []), ("llama-server+draft", ["-md", draft, "--spec-type", "draft-simple",
+                                                                  "-td", str(a.threads), "-tbd", str(a.threads)])):
+            port = free_port()
+            servers[name] = ([a.llama_server, "-m", target, *extra, "-np", str(a.parallel), "-c",
+                              str(a.ctx * a.parallel), "-t", str(a.threads), "-tb", str(a.threads),
+                              "--host", "127.0.0.1", "--port", str(port), "--no-webui"], port)
+    return servers
+
+
+def parallel_main(a) -> None:
+    target, draft = pair_paths(a.pair)
+    prompts = [f"Here is a long paragraph about {PAR_TOPICS[i % len(PAR_TOPICS)]}:\n\n" for i in range(a.clients)]
+    load_before = os.getloadavg()
+    specs = parallel_servers(a, target, draft)
+    servers = {}
+    try:
+        for name, (cmd, port) in specs.items():
+            servers[name] = Http(name, cmd, port)
+            servers[name].complete(prompts[0], 8)     # warm-up
+        # each request alone on the server with the draft: what concurrent answers are compared with
+        alone = {name: [servers[name].complete(p, a.n)["text"] for p in prompts]
+                 for name in ("localspec", "localspec+draft")}
+        together = {name: [] for name in servers if name != "localspec+draft -np 1"}
+        one = {"localspec+draft": [], "localspec+draft -np 1": []}
+        identical = {name: [] for name in ("localspec", "localspec+draft")}
+        for r in range(a.runs):
+            names = list(together)
+            names = names[r % len(names):] + names[:r % len(names)]
+            for name in names:
+                res = servers[name].together(prompts, a.n)
+                together[name].append(res["tok_s"])
+                if name in identical:
+                    identical[name].append(sum(x == y for x, y in zip(res["texts"], alone[name])))
+            for name in (list(one) if r % 2 == 0 else list(one)[::-1]):
+                res = servers[name].complete(prompts[r % len(prompts)], a.n)
+                one[name].append(res["tokens"] / res["wall_s"])
+            print(f"run {r + 1}/{a.runs}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in together.items())
+                  + " tok/s; one client " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in one.items()), file=sys.stderr)
+    finally:
+        for srv in servers.values():
+            srv.close()
+
+    med = {k: median(v) for k, v in together.items()}
+    ratios = {"localspec_vs_llama_server": med["localspec"] / med["llama-server"] if "llama-server" in med else None,
+              "localspec_draft_vs_no_draft": med["localspec+draft"] / med["localspec"],
+              "localspec_draft_vs_llama_server_draft": (med["localspec+draft"] / med["llama-server+draft"]
+                                                        if "llama-server+draft" in med else None),
+              "one_client_parallel_vs_parallel_1": (median(one["localspec+draft"])
+                                                    / median(one["localspec+draft -np 1"]))}
+    out = {
+        "what": f"{a.clients} concurrent clients, llama-server -np {a.parallel} vs localspec serve --parallel "
+                f"{a.parallel}, each without and with the draft; one client vs --parallel 1; alternating, medians",
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_before": load_before, "load_average_after": os.getloadavg()},
+        "pair": a.pair, "target": target, "draft": draft, "n_tokens": a.n, "threads": a.threads, "ctx": a.ctx,
+        "parallel": a.parallel, "clients": a.clients, "runs": a.runs,
+        "commands": {k: " ".join(v[0]) for k, v in specs.items()},
+        "together_tok_s": together, "median_together_tok_s": med,
+        "one_client_tok_s": one, "median_one_client_tok_s": {k: median(v) for k, v in one.items()},
+        "ratios": ratios,
+        "greedy_identical_to_alone": {k: f"{sum(v)}/{len(v) * a.clients}" for k, v in identical.items()},
+    }
+    text = json.dumps(out, indent=2)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(text + "\n")
+    print(json.dumps({"median_together_tok_s": med, "ratios": ratios,
+                      "identical": out["greedy_identical_to_alone"]}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--demo", action="store_true")
@@ -154,7 +335,17 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--concurrent-runs", type=int, default=3)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--parallel", type=int, help="slots side by side with llama-server (see above)")
+    ap.add_argument("--pair", choices=["demo", "pays", "loses"], default="demo")
+    ap.add_argument("--llama-server", default=str(ROOT / ".cache" / "reference" / "build" / "bin" / "llama-server"),
+                    help="llama-server's binary ('' to leave it out)")
     a = ap.parse_args()
+    if a.parallel:
+        if a.llama_server and not Path(a.llama_server).is_file():
+            ap.error(f"{a.llama_server}: no llama-server (bash scripts/build_reference.sh .cache/reference "
+                     "llama-server, or --llama-server '')")
+        parallel_main(a)
+        return
     if not a.demo and not (a.model and a.draft):
         ap.error("give --demo or -m TARGET -d DRAFT")
 

@@ -448,7 +448,7 @@ def test_serve_command_errors(tiny_target):
 def test_signal_answers_in_flight_and_exits_0(slow_pair, sig):
     target, draft = slow_pair
     proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", "-m", str(target), "-d", str(draft),
-                             "--port", "0", "--ctx", "4096", "--threads", "1"],
+                             "--port", "0", "--ctx", "4096", "--threads", "1", "--parallel", "1"],
                             stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         line = ""

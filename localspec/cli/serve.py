@@ -8,6 +8,7 @@ Every option can also come from a ``LOCALSPEC_<OPTION>`` environment variable (c
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -70,7 +71,10 @@ def _model_id(opts: dict, target_path: str) -> str:
 @click.option("--api-key", envvar="LOCALSPEC_API_KEY", default=None, metavar="KEY",
               help="Require `Authorization: Bearer KEY` on every route but /health (or $LOCALSPEC_API_KEY).")
 @click.option("--queue", "queue", type=click.IntRange(min=1), default=16, show_default=True,
-              help="Most requests waiting behind the one generating; more get 429 with Retry-After.")
+              help="Most requests waiting for a slot; more get 429 with Retry-After.")
+@click.option("-np", "--parallel", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Slots: requests generated together, every slot's tokens in one decode per round (each "
+                   "slot has the whole --ctx: KV memory is N x ctx). 1: one request at a time.")
 @click.option("--max-body-mb", type=click.IntRange(min=1), default=8, show_default=True,
               help="Largest request body, in MiB.")
 @click.option("--name", default=None, metavar="ID",
@@ -89,7 +93,8 @@ def _model_id(opts: dict, target_path: str) -> str:
 def serve(**opts) -> None:
     """Serve the OpenAI API (chat and text completions, streaming) with speculative decoding.
 
-    One engine answers requests in arrival order, whatever model name they send. Each
+    Up to --parallel requests are generated together (slots), the rest wait in arrival order;
+    whatever model name they send, the loaded pair answers. Each
     response carries `usage` and llama-server-style `timings`; llama-server's /props, /slots,
     /tokenize, /detokenize and /completion are served too; GET /metrics has Prometheus
     metrics. The sampling and drafting flags set the defaults of requests that leave them out.
@@ -129,7 +134,9 @@ def serve(**opts) -> None:
                             cors=cors)
     from ..engine import Engine
 
-    with Engine(engine_config(opts, pair, base)) as engine:
+    with Engine(replace(engine_config(opts, pair, base), parallel=opts["parallel"])) as engine:
+        if engine.parallel_note:
+            click.echo(f"localspec: {engine.parallel_note} (--parallel {opts['parallel']} asked)", err=True)
         server = Server(engine, base, options)
         click.echo(f"localspec: serving {options.model_id} ({base.describe().split(' · ')[0]}) at "
                    f"{server.url}/v1", err=True)

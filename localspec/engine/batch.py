@@ -21,6 +21,7 @@ part it from a single run. Requests with a grammar, a chain or an MTP head run t
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections.abc import Callable
@@ -61,6 +62,7 @@ class _Seqs:
             self._nseq[i] = 1
         self.n_vocab = ctx.model.n_vocab
         self.seconds = 0.0
+        self._views: dict[tuple[int, int], np.ndarray] = {}
 
     def mirror(self, s: int) -> list[int]:
         return self.ctx.tokens if s == 0 else self.tokens[s]
@@ -123,7 +125,7 @@ class _Seqs:
                 ll.llama_memory_seq_rm(self.ctx.mem, s, len(self.mirror(s)), -1)
             raise LocalspecError(f"llama_decode failed (code {rc}) in a batch of {k} tokens")
         rows = sum(items[i][2] for i in group)
-        x = np.ctypeslib.as_array(ll.llama_get_logits(self.ctx.ptr), shape=(rows, self.n_vocab)) if rows else None
+        x = self._view(rows) if rows else None
         r = 0
         for i in group:
             s, toks, want = items[i]
@@ -136,6 +138,18 @@ class _Seqs:
         rc = ll.llama_decode(self.ctx.ptr, self.batch)
         ll.llama_synchronize(self.ctx.ptr)
         return rc
+
+    def _view(self, rows: int) -> np.ndarray:
+        """The decode's output rows as a numpy view of llama.cpp's buffer, kept per address
+        and row count (building one costs more than a small model's step's argmax)."""
+        ptr = ll.llama_get_logits(self.ctx.ptr)
+        key = (ctypes.addressof(ptr.contents), rows)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) > 64:
+                self._views.clear()
+            view = self._views[key] = np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+        return view
 
     def close(self) -> None:
         if self.batch is not None:

@@ -104,11 +104,11 @@ def build_app(ctx: ServerContext):
         return JSONResponse(llama.props(ctx.engine, ctx.base, ctx.model_id, busy=ctx.scheduler.busy))
 
     async def slots(request: Request) -> Response:
-        job = ctx.scheduler.current
-        spec = job.spec if job is not None else ctx.base
         n_ctx = ctx.engine.target_ctx.n_ctx
-        return JSONResponse([llama.slot(spec, n_ctx, task=int(job.id) if job else -1, busy=job is not None,
-                                        n_predict=job.spec.max_tokens if job else -1)])
+        return JSONResponse([llama.slot(job.spec if job is not None else ctx.base, n_ctx,
+                                        task=int(job.id) if job else -1, busy=job is not None,
+                                        n_predict=job.spec.max_tokens if job else -1, slot_id=i)
+                             for i, job in enumerate(ctx.scheduler.slot_jobs())])
 
     async def tokenize(request: Request) -> Response:
         return await _utility(ctx, request, llama.tokenize)

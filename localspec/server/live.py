@@ -15,7 +15,7 @@ from ..engine import Step
 
 @dataclass(frozen=True)
 class CurrentRequest:
-    """The request being generated."""
+    """A request being generated (in ``slot``)."""
 
     id: str
     endpoint: str
@@ -28,6 +28,7 @@ class CurrentRequest:
     drafted: int
     accepted: int
     drafting: bool             # False while the adaptive policy has drafting paused
+    slot: int = 0
 
     @property
     def acceptance(self) -> float:
@@ -59,6 +60,11 @@ class ServerSnapshot:
     drafted: int
     accepted: int
     recent: tuple[FinishedRequest, ...] = field(default_factory=tuple)
+    slots: tuple[CurrentRequest | None, ...] = ()    # each slot's request (None: idle)
+
+    @property
+    def slots_busy(self) -> int:
+        return sum(s is not None for s in self.slots)
 
     @property
     def acceptance(self) -> float:
@@ -74,13 +80,13 @@ class LiveState:
 
     RECENT = 8
 
-    def __init__(self, model: str, drafter: str, queue_capacity: int):
+    def __init__(self, model: str, drafter: str, queue_capacity: int, slots: int = 1):
         self.model, self.drafter, self.queue_capacity = model, drafter, queue_capacity
         self.address = ""
         self._lock = threading.Lock()
         self._started = time.monotonic()
         self._queue = 0
-        self._cur: dict | None = None
+        self._cur: list[dict | None] = [None] * slots   # per slot
         self._requests: dict[str, int] = {}
         self._tokens = self._drafted = self._accepted = 0
         self._recent: list[FinishedRequest] = []
@@ -88,18 +94,18 @@ class LiveState:
     def queue(self, depth: int) -> None:
         self._queue = depth
 
-    def start(self, job_id: str, endpoint: str, drafter: str) -> None:
+    def start(self, job_id: str, endpoint: str, drafter: str, slot: int = 0) -> None:
         with self._lock:
-            self._cur = dict(id=job_id, endpoint=endpoint, drafter=drafter, prompt_tokens=0, cached_tokens=0,
-                             tokens=0, first=None, drafted=0, accepted=0, drafting=drafter != "none")
+            self._cur[slot] = dict(id=job_id, endpoint=endpoint, drafter=drafter, prompt_tokens=0, cached_tokens=0,
+                                   tokens=0, first=None, drafted=0, accepted=0, drafting=drafter != "none")
 
-    def prompt(self, n_tokens: int, n_cached: int) -> None:
-        cur = self._cur
+    def prompt(self, n_tokens: int, n_cached: int, slot: int = 0) -> None:
+        cur = self._cur[slot]
         if cur is not None:
             cur["prompt_tokens"], cur["cached_tokens"] = n_tokens, n_cached
 
-    def step(self, s: Step) -> None:
-        cur = self._cur
+    def step(self, s: Step, slot: int = 0) -> None:
+        cur = self._cur[slot]
         if cur is None:
             return
         if cur["first"] is None and s.emitted:
@@ -110,9 +116,9 @@ class LiveState:
         cur["drafting"] = s.drafting
 
     def finish(self, outcome: str, tokens: int, tokens_per_second: float, drafted: int, accepted: int,
-               ttft: float) -> None:
+               ttft: float, slot: int = 0) -> None:
         with self._lock:
-            cur, self._cur = self._cur, None
+            cur, self._cur[slot] = self._cur[slot], None
             self._requests[outcome] = self._requests.get(outcome, 0) + 1
             self._tokens += tokens
             self._drafted += drafted
@@ -129,14 +135,18 @@ class LiveState:
 
     def snapshot(self) -> ServerSnapshot:
         with self._lock:
-            cur = self._cur
-            current = None
-            if cur is not None:
-                secs = time.perf_counter() - cur["first"] if cur["first"] is not None else 0.0
-                current = CurrentRequest(cur["id"], cur["endpoint"], cur["drafter"], cur["prompt_tokens"],
-                                         cur["cached_tokens"], cur["tokens"], secs,
-                                         cur["tokens"] / secs if secs > 0 else 0.0, cur["drafted"],
-                                         cur["accepted"], cur["drafting"])
+            now = time.perf_counter()
+            slots = tuple(_current(cur, i, now) for i, cur in enumerate(self._cur))
+            current = next((c for c in slots if c is not None), None)
             return ServerSnapshot(self.model, self.drafter, self.address, time.monotonic() - self._started,
                                   self._queue, self.queue_capacity, current, dict(self._requests),
-                                  self._tokens, self._drafted, self._accepted, tuple(self._recent))
+                                  self._tokens, self._drafted, self._accepted, tuple(self._recent), slots)
+
+
+def _current(cur: dict | None, slot: int, now: float) -> CurrentRequest | None:
+    if cur is None:
+        return None
+    secs = now - cur["first"] if cur["first"] is not None else 0.0
+    return CurrentRequest(cur["id"], cur["endpoint"], cur["drafter"], cur["prompt_tokens"], cur["cached_tokens"],
+                          cur["tokens"], secs, cur["tokens"] / secs if secs > 0 else 0.0, cur["drafted"],
+                          cur["accepted"], cur["drafting"], slot)

@@ -54,20 +54,22 @@ def params(spec: RunSpec, n_predict: int) -> dict:
     }
 
 
-def slot(spec: RunSpec, n_ctx: int, *, task: int, busy: bool, n_predict: int = -1) -> dict:
-    """The one slot, as llama-server's ``/slots`` lists it (and ``/props`` its default)."""
-    return {"id": 0, "id_task": task, "n_ctx": n_ctx, "speculative": spec.speculative, "is_processing": busy,
+def slot(spec: RunSpec, n_ctx: int, *, task: int, busy: bool, n_predict: int = -1, slot_id: int = 0) -> dict:
+    """A slot, as llama-server's ``/slots`` lists it (and ``/props`` its default)."""
+    return {"id": slot_id, "id_task": task, "n_ctx": n_ctx, "speculative": spec.speculative, "is_processing": busy,
             "params": params(spec, n_predict)}
 
 
 def props(engine: Engine, base: RunSpec, model_id: str, *, busy: bool) -> dict:
-    """llama-server's ``/props``: the default generation settings, one slot, the model's path
-    and chat template; ``localspec`` adds the pair and the drafters this server can run."""
+    """llama-server's ``/props``: the default generation settings, the slots (each with the
+    whole ``n_ctx``: the KV cache holds slots x n_ctx), the model's path and chat template;
+    ``localspec`` adds the pair, the drafters this server can run and why it has one slot
+    where more were asked for (``parallel_note``)."""
     info = engine.describe()
     n_ctx = info["n_ctx"]
-    return {
+    out = {
         "default_generation_settings": slot(base, n_ctx, task=-1, busy=busy),
-        "total_slots": 1,
+        "total_slots": info["parallel"],
         "model_alias": model_id,
         "model_path": info["target"]["path"],
         "chat_template": engine.target_model.chat_template() or "",
@@ -75,8 +77,12 @@ def props(engine: Engine, base: RunSpec, model_id: str, *, busy: bool) -> dict:
         "build_info": f"localspec {__version__}",
         "localspec": {"model": model_id, "target": info["target"]["model"],
                       "draft": info.get("draft", {}).get("model"), "drafter": base.drafter.value,
-                      "drafters": info["drafters"], "backend": info["target"]["backend"]},
+                      "drafters": info["drafters"], "backend": info["target"]["backend"],
+                      "n_ctx_per_slot": n_ctx, "kv_tokens": n_ctx * info["parallel"]},
     }
+    if info.get("parallel_note"):
+        out["localspec"]["parallel_note"] = info["parallel_note"]
+    return out
 
 
 def _fields(body: dict, allowed: dict, route: str) -> None:

@@ -20,6 +20,7 @@ from prometheus_client import (
 from ..engine import Step
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 TOKEN_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 OUTCOMES = ("stop", "length", "cancelled", "shutdown", "error", "bad_request", "unauthorized", "queue_full")
@@ -29,7 +30,7 @@ ENDPOINTS = ("chat", "completions", "completion")   # /completion: llama-server'
 class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, queue_capacity: int):
+    def __init__(self, queue_capacity: int, slots: int = 1):
         disable_created_metrics()   # no *_created series: they double the page and nobody graphs them
         r = self.registry = CollectorRegistry()
         self.requests = Counter("localspec_requests", "Requests by endpoint and outcome "
@@ -69,6 +70,17 @@ class Metrics:
         self.cascade = Counter("localspec_cascade_answers", "Cascaded requests by who answered: 'draft' (the "
                                "draft model's answer, not the target's) or 'target'.", ["answered_by"], registry=r)
         self._pos: list[tuple] = []    # (drafted child, accepted child, rate child, drafted n, accepted n)
+        Gauge("localspec_slots", "Slots: requests generated together (--parallel).", registry=r).set(slots)
+        self.slots_busy = Gauge("localspec_slots_busy", "Slots generating now (the rest are idle).", registry=r)
+        self.decode_batch = Histogram("localspec_decode_batch_tokens", "Tokens in each round's target decode "
+                                      "(every busy slot's plain step or verify batch together).",
+                                      buckets=BATCH_BUCKETS, registry=r)
+        self.slot_tps = Gauge("localspec_slot_tokens_per_second", "Each slot's last request's tokens per "
+                              "second.", ["slot"], registry=r)
+        self.slot_acceptance = Gauge("localspec_slot_draft_acceptance", "Each slot's last request's share "
+                                     "of drafted tokens accepted.", ["slot"], registry=r)
+        self._slot_children = [(self.slot_tps.labels(str(i)), self.slot_acceptance.labels(str(i)))
+                               for i in range(slots)]
 
     # -- fed by the scheduler's worker ------------------------------------------------
     def step(self, s: Step) -> None:
@@ -98,6 +110,17 @@ class Metrics:
         """A finished request's Summary: who answered, with a cascade."""
         if s.answered_by:
             self.cascade.labels(s.answered_by).inc()
+
+    def round(self, batch_tokens: int, busy: int) -> None:
+        """A round of the slots: its decode's tokens, and the slots still busy after it."""
+        self.decode_batch.observe(batch_tokens)
+        self.slots_busy.set(busy)
+
+    def slot_done(self, slot: int, tokens_per_second: float, acceptance: float | None) -> None:
+        tps, acc = self._slot_children[slot]
+        tps.set(tokens_per_second)
+        if acceptance is not None:
+            acc.set(acceptance)
 
     def prompt_done(self, n_prompt: int, n_cached: int) -> None:
         self.prompt.inc(n_prompt - n_cached)

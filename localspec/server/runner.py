@@ -31,7 +31,7 @@ class ServerOptions:
     host: str = "127.0.0.1"
     port: int = 8080                 # 0: any free port (see Server.port)
     api_key: str | None = None
-    queue: int = 16                  # most requests waiting behind the one generating
+    queue: int = 16                  # most requests waiting for a slot
     max_body: int = 8 << 20          # bytes
     model_id: str = "model"
     log_level: str = "info"
@@ -112,8 +112,8 @@ class Server:
 
     def __init__(self, engine: Engine, base: RunSpec, options: ServerOptions):
         self.options = options
-        self.metrics = Metrics(options.queue)
-        self.live = LiveState(options.model_id, base.drafter.value, options.queue)
+        self.metrics = Metrics(options.queue, engine.parallel)
+        self.live = LiveState(options.model_id, base.drafter.value, options.queue, engine.parallel)
         base.validate()
         self.sock = _bind(options.host, options.port)   # before the engine thread: a refused
         self.scheduler = Scheduler(engine, self.metrics, self.live, options.queue)  # port leaves none

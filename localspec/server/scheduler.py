@@ -1,9 +1,15 @@
-"""One engine, one request at a time, in arrival order, from a bounded queue.
+"""One engine, its slots, and a bounded queue of requests in arrival order.
 
-A worker thread owns :meth:`Engine.run`; each request is a :class:`Job` whose text, final
-:class:`Done` (or error) come back to the HTTP side through a :class:`Channel`. Cancelling a
-job sets its ``threading.Event``, which the generator checks every round, so a client that
-goes away stops its generation within one step; a job still waiting just leaves the queue.
+A worker thread owns the engine. With one slot it answers one request at a time through
+:meth:`Engine.run`; with ``engine.parallel`` > 1 it steps the engine's
+:class:`~localspec.engine.batch.BatchRunner`: every busy slot advances in each round's one
+decode, and a slot that frees takes the next queued request at once (continuous batching).
+A request no slot can run (a grammar, a draft chain, an MTP head) waits until the slots are
+free and runs alone. Each request is a :class:`Job` whose text, final :class:`Done` (or
+error) come back to the HTTP side through a :class:`Channel`. Cancelling a job sets its
+``threading.Event``, which the engine checks every round, so a client that goes away stops
+its generation within one round and the other slots go on; a job still waiting just leaves
+the queue.
 """
 
 from __future__ import annotations
@@ -92,7 +98,9 @@ class Scheduler:
         self._cv = threading.Condition()
         self._closing = False
         self._stopped = False
-        self._current: Job | None = None
+        self._current: Job | None = None      # a job running alone (Engine.run)
+        self.runner = engine.runner() if engine.parallel > 1 else None
+        self._slots: list[tuple[Job, object] | None] = [None] * engine.parallel   # (job, Generation)
         self.submitted = 0           # jobs accepted into the queue so far
         self._mean_seconds = 5.0     # a running mean of request durations, for Retry-After
         self._thread = threading.Thread(target=self._loop, name="localspec-engine", daemon=True)
@@ -134,12 +142,20 @@ class Scheduler:
 
     @property
     def current(self) -> Job | None:
-        """The job being generated."""
-        return self._current
+        """The job being generated (with several slots: the one in the lowest busy slot)."""
+        if self._current is not None:
+            return self._current
+        return next((s[0] for s in self._slots if s is not None), None)
 
     @property
     def busy(self) -> bool:
-        return self._current is not None
+        return self.current is not None
+
+    def slot_jobs(self) -> list[Job | None]:
+        """The job in each slot (None: free); one slot: the job running alone, if any."""
+        if self.runner is None or self._current is not None:
+            return [self._current] + [None] * (len(self._slots) - 1)
+        return [s[0] if s is not None else None for s in self._slots]
 
     # -- shutdown -----------------------------------------------------------------------
     def close(self) -> None:
@@ -147,11 +163,12 @@ class Scheduler:
         with self._cv:
             self._closing = True
             waiting = list(self._queue)
-            current = self._current
+            running = [self._current] + self.slot_jobs()
         for job in waiting:
             self.cancel(job, "shutdown")
-        if current is not None:
-            self.cancel(current, "shutdown")
+        for job in running:
+            if job is not None:
+                self.cancel(job, "shutdown")
 
     def stop(self, timeout: float = 30.0) -> None:
         self.close()
@@ -172,6 +189,9 @@ class Scheduler:
         self.live.refused(outcome)
 
     def _loop(self) -> None:
+        if self.runner is not None:
+            self._loop_slots()
+            return
         while True:
             with self._cv:
                 while not self._queue and not self._stopped:
@@ -239,4 +259,115 @@ class Scheduler:
         if s is not None:
             log.info("request %s %s: %s, %d tokens at %.1f tok/s, %d/%d drafts accepted, %d prompt "
                      "tokens (%d cached)", job.id, job.endpoint, outcome, s.n_generated, s.tokens_per_second,
+                     s.accepted, s.drafted, s.n_prompt, s.n_cached)
+
+    # -- several slots ------------------------------------------------------------------
+    def _loop_slots(self) -> None:
+        runner, m = self.runner, self.metrics
+        while True:
+            admit: list[Job] = []
+            alone: Job | None = None
+            with self._cv:
+                while not self._queue and not runner.busy and not self._stopped:
+                    self._cv.wait()
+                if not self._queue and not runner.busy:
+                    return
+                free = runner.free
+                while self._queue and len(admit) < free:
+                    if not runner.supports(self._queue[0].spec):
+                        if not runner.busy and not admit:   # its turn: it runs alone
+                            alone = self._current = self._queue.popleft()
+                        break
+                    admit.append(self._queue.popleft())
+                if admit or alone:
+                    self._depth()
+            if alone is not None:
+                try:
+                    self._run(alone)
+                finally:
+                    with self._cv:
+                        self._current = None
+                continue
+            for job in admit:
+                self._start(job)
+            if runner.busy:
+                runner.step()
+                m.round(runner.last_batch, runner.busy)
+            self._reap()
+
+    def _start(self, job: Job) -> None:
+        """Put a job into a free slot (its prompt is read and its first token emitted here)."""
+        if job.cancel.is_set():
+            self._refused(job, _shutdown(), job.cancel_reason or "cancelled")
+            return
+        m, live, put, stream = self.metrics, self.live, job.channel.put, job.stream
+        m.queue_wait.observe(time.perf_counter() - job.arrived)
+        state = {"first": True, "ttft": 0.0, "slot": 0}
+
+        def on_event(ev) -> None:
+            kind = type(ev)
+            if kind is Token:
+                if state["first"]:
+                    state["first"] = False
+                    state["ttft"] = time.perf_counter() - job.arrived
+                    m.ttft.observe(state["ttft"])
+                if stream and ev.text:
+                    put(ev.text)
+            elif kind is Step:
+                m.step(ev)
+                live.step(ev, state["slot"])
+            elif kind is TextChunk and stream:
+                put(ev.text)
+            elif kind is PromptProcessed:
+                m.prompt_done(ev.n_tokens, ev.n_cached)
+                live.prompt(ev.n_tokens, ev.n_cached, state["slot"])
+
+        slot = self.runner.pick_slot(job.prompt)
+        state["slot"] = slot
+        live.start(job.id, job.endpoint, job.spec.drafter.value, slot)
+        m.busy.set(1)
+        self._slots[slot] = (job, state)
+        try:
+            gen = self.runner.start(job.prompt, job.spec, job.cancel, on_event, cache_prompt=job.cache_prompt)
+        except Exception as exc:    # noqa: BLE001 - answered as the single path answers it
+            self._slots[slot] = None
+            self._end(job, None, exc, 0.0, slot)
+            return
+        if gen.finished:     # ended with its first token: answered now, its slot free for the next
+            self._slots[slot] = None
+            self._end(job, gen.done, gen.error, state["ttft"], slot)
+            return
+        self._slots[slot] = (job, gen, state)
+
+    def _reap(self) -> None:
+        """Answer the jobs whose generations ended this round; their slots are free again."""
+        for slot, entry in enumerate(self._slots):
+            if entry is None or len(entry) < 3 or not entry[1].finished:
+                continue
+            job, gen, state = entry
+            self._slots[slot] = None
+            self._end(job, gen.done, gen.error, state["ttft"], slot)
+        if self.runner.busy == 0:
+            self.metrics.busy.set(0)
+
+    def _end(self, job: Job, done: Done | None, error: BaseException | None, ttft: float, slot: int) -> None:
+        m = self.metrics
+        if error is None:
+            outcome, last = _OUTCOME.get(done.stop_reason) or job.cancel_reason or "cancelled", done
+        elif isinstance(error, LocalspecError):
+            outcome, last = "bad_request", ApiError(400, str(error))
+        else:
+            log.error("request %s failed: %s: %s", job.id, type(error).__name__, error)
+            outcome, last = "error", ApiError(500, f"generation failed: {type(error).__name__}: {error}")
+        m.request(job.endpoint, outcome)
+        s = done.summary if done is not None else None
+        if s is not None:
+            m.slot_done(slot, s.tokens_per_second, s.acceptance_rate if s.drafted else None)
+        self.live.finish(outcome, s.n_generated if s else 0, s.tokens_per_second if s else 0.0,
+                         s.drafted if s else 0, s.accepted if s else 0, ttft, slot)
+        self._mean_seconds = 0.8 * self._mean_seconds + 0.2 * (time.perf_counter() - job.arrived)
+        job.channel.put(last)
+        if s is not None:
+            log.info("request %s %s (slot %d): %s, %d tokens at %.1f tok/s, %d/%d drafts accepted, %d prompt "
+                     "tokens (%d cached)", job.id, job.endpoint, slot, outcome, s.n_generated, s.tokens_per_second,
                      s.accepted, s.drafted, s.n_prompt, s.n_cached)

@@ -1,5 +1,5 @@
-"""`localspec serve --tui`: a running server's gauges (queue, the request being generated,
-its tok/s and acceptance, totals, the last requests).
+"""`localspec serve --tui`: a running server's gauges (queue, the requests being generated,
+one line per slot with several, their tok/s and acceptance, totals, the last requests).
 
 It only reads :class:`~localspec.server.live.ServerSnapshot` objects, a few times a second,
 from a callable: the server knows nothing of this screen.
@@ -30,13 +30,19 @@ def _uptime(seconds: float) -> str:
 def queue_text(snap: ServerSnapshot) -> str:
     fill = snap.queue_depth / snap.queue_capacity if snap.queue_capacity else 0.0
     state = "generating" if snap.current is not None else "idle"
-    return f"{bar(fill, 20)} {snap.queue_depth}/{snap.queue_capacity} waiting · {state}"
+    slots = f" · slots {snap.slots_busy}/{len(snap.slots)} busy" if len(snap.slots) > 1 else ""
+    return f"{bar(fill, 20)} {snap.queue_depth}/{snap.queue_capacity} waiting · {state}{slots}"
 
 
 def current_text(snap: ServerSnapshot) -> str:
     cur = snap.current
     if cur is None:
         return "no request is being generated"
+    if len(snap.slots) > 1:
+        return "\n".join(f"slot {i}: " + (
+            "idle" if c is None else
+            f"request {c.id} · {c.tokens} tokens · {c.tokens_per_second:6.1f} tok/s · acceptance "
+            f"{pct(c.acceptance)}" + ("" if c.drafting else " (paused)")) for i, c in enumerate(snap.slots))
     drafting = cur.drafter if cur.drafting else f"{cur.drafter} (paused)"
     return (f"request {cur.id} · {cur.endpoint} · drafter {drafting}\n"
             f"prompt {cur.prompt_tokens} tokens ({cur.cached_tokens} cached) · generated {cur.tokens} tokens\n"

@@ -1,0 +1,170 @@
+"""`localspec serve --parallel N`: requests generated together in slots. Concurrent greedy
+answers are those answered alone; cancelling one streaming client leaves the others whole and
+identical; a full queue still answers 429; a continued conversation finds its slot's cache;
+/slots, /props and /metrics show the slots."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from test_server import _send, _wait, assert_error, client, request
+
+from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
+from localspec.server import Server, ServerOptions
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
+           "List three colors:"]
+
+
+@contextlib.contextmanager
+def serving(target, draft=None, *, parallel=4, n_ctx=512, drafter="model", **options):
+    kind = DrafterKind(drafter)
+    engine = Engine(EngineConfig(target=str(target), draft=str(draft) if draft else None, n_ctx=n_ctx, threads=1,
+                                 remember=False, read_alongside=False, parallel=parallel))
+    try:
+        server = Server(engine, RunSpec(drafter=kind), ServerOptions(port=0, model_id="m", log_level="warning",
+                                                                      access_log=False, **options))
+        with server:
+            yield server
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2_f16, smollm2_q4_1):
+    with serving(smollm2_f16, smollm2_q4_1, parallel=3) as server:
+        yield server
+
+
+def _ask_all(c, prompts, **kw) -> list[str]:
+    out: dict[int, str] = {}
+
+    def ask(i):
+        out[i] = c.completions.create(model="m", prompt=prompts[i], temperature=0, **kw).choices[0].text
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return [out[i] for i in range(len(prompts))]
+
+
+@pytest.mark.parametrize("extra", [{}, {"extra_body": {"speculative.n_max": 4, "speculative.adaptive": False}}],
+                         ids=["adaptive", "fixed-k"])
+def test_concurrent_answers_are_those_answered_alone(smol, extra):
+    c = client(smol)
+    alone = [c.completions.create(model="m", prompt=p, temperature=0, max_tokens=40, **extra).choices[0].text
+             for p in PROMPTS]
+    busiest = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            busiest.append(smol.snapshot().slots_busy)
+
+    w = threading.Thread(target=watch)
+    w.start()
+    together = _ask_all(c, PROMPTS, max_tokens=40, **extra)
+    stop.set()
+    w.join()
+    assert together == alone
+    assert max(busiest) >= 2, "the requests never shared a round"
+
+
+def test_slots_props_and_metrics(smol):
+    status, _, props = request(smol, "GET", "/props")
+    assert status == 200 and props["total_slots"] == 3
+    assert props["localspec"]["kv_tokens"] == 3 * props["localspec"]["n_ctx_per_slot"]
+    status, _, slots = request(smol, "GET", "/slots")
+    assert [s["id"] for s in slots] == [0, 1, 2] and not any(s["is_processing"] for s in slots)
+    _ask_all(client(smol), PROMPTS[:3], max_tokens=16)
+    status, _, text = request(smol, "GET", "/metrics")
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert next(iter(families["localspec_slots"].samples)).value == 3
+    assert next(iter(families["localspec_slots_busy"].samples)).value == 0
+    batch = {s.name: s.value for s in families["localspec_decode_batch_tokens"].samples if not s.labels.get("le")}
+    assert batch["localspec_decode_batch_tokens_count"] > 0
+    assert batch["localspec_decode_batch_tokens_sum"] > batch["localspec_decode_batch_tokens_count"]   # shared rounds
+    tps = [s for s in families["localspec_slot_tokens_per_second"].samples if s.value > 0]
+    assert len(tps) >= 2
+
+
+def test_a_continued_conversation_finds_its_slots_cache(smol):
+    c = client(smol)
+    messages = [{"role": "user", "content": "Name a fruit."}]
+    first = c.chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=12)
+    messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "And a vegetable?"}]
+    status, _, body = request(smol, "POST", "/v1/chat/completions",
+                              {"messages": messages, "temperature": 0, "max_tokens": 8})
+    assert status == 200
+    assert body["timings"]["cache_n"] >= first.usage.prompt_tokens - 1
+
+
+def test_cancelling_one_stream_leaves_the_others_whole(slow_pair):
+    target, draft = slow_pair
+    prompts = [f"{w} the quick brown fox" for w in ("one", "two", "three")]
+    with serving(target, draft, parallel=3, n_ctx=2048) as server:
+        c = client(server)
+        alone = [c.completions.create(model="m", prompt=p, temperature=0, max_tokens=200).choices[0].text
+                 for p in prompts[1:]]
+        sock = _send(server, "/v1/completions", {"prompt": prompts[0], "max_tokens": 1500, "temperature": 0,
+                                                 "stream": True})
+        got = b""
+        while got.count(b"data: ") < 3:
+            got += sock.recv(4096)
+        results = {}
+
+        def ask(i):
+            results[i] = c.completions.create(model="m", prompt=prompts[i], temperature=0, max_tokens=200)
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in (1, 2)]
+        for t in threads:
+            t.start()
+        _wait(lambda: server.snapshot().slots_busy == 3, 120)
+        sock.close()
+        _wait(lambda: server.snapshot().requests.get("cancelled", 0) == 1, 120)
+        for t in threads:
+            t.join(120)
+        assert [results[i].choices[0].text for i in (1, 2)] == alone
+        assert [r.outcome for r in server.snapshot().recent[-3:]].count("cancelled") == 1
+
+
+def test_full_queue_is_still_429(slow_pair):
+    target, draft = slow_pair
+    with serving(target, draft, parallel=2, n_ctx=4096, queue=1) as server:
+        c = client(server)
+        done = []
+
+        def ask():
+            try:
+                done.append(c.completions.create(model="m", prompt="the quick brown fox", temperature=0,
+                                                 max_tokens=3000))
+            except openai.APIError as exc:
+                done.append(exc)
+
+        threads = [threading.Thread(target=ask) for _ in range(3)]
+        for t in threads[:2]:
+            t.start()
+        _wait(lambda: server.snapshot().slots_busy == 2, 120)
+        threads[2].start()
+        _wait(lambda: server.snapshot().queue_depth == 1, 120)
+        status, headers, body = request(server, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+        assert_error(status, body, 429, match="queue is full")
+        assert int(headers["Retry-After"]) >= 1
+        server.scheduler.close()     # cancel them all rather than wait
+        for t in threads:
+            t.join(60)
+        assert server.snapshot().requests.get("queue_full", 0) == 1
+
+
+def test_answers_that_end_with_their_first_token_are_all_answered(smol):
+    """Several requests admitted in one round, each done after its first token (its slot frees
+    at once and the next takes it): every one is answered."""
+    texts = _ask_all(client(smol), PROMPTS[:3] * 2, max_tokens=1)
+    assert len(texts) == 6 and all(isinstance(t, str) for t in texts)
