@@ -354,6 +354,9 @@ class Scheduler:
         m = self.metrics
         if error is None:
             outcome, last = _OUTCOME.get(done.stop_reason) or job.cancel_reason or "cancelled", done
+        elif isinstance(error, WorkerLost):   # an RPC worker died mid-answer: a bad gateway
+            log.error("request %s failed: %s", job.id, error)
+            outcome, last = "error", ApiError(502, str(error), code="worker_lost")
         elif isinstance(error, LocalspecError):
             outcome, last = "bad_request", ApiError(400, str(error))
         else:
