@@ -72,3 +72,17 @@ def test_the_engines_names_load_on_first_use():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "True"]
+
+
+def test_the_lazy_command_table_matches_the_commands():
+    """`--help` lists commands from cli.main.COMMANDS without importing them: each entry names
+    the module that defines the command, and its text is the command's own first paragraph."""
+    import importlib
+
+    cli_main = importlib.import_module("localspec.cli.main")
+    cli_main._register()
+    assert set(cli_main.COMMANDS) == set(cli_main.cli.commands)
+    for name, (module, text) in cli_main.COMMANDS.items():
+        cmd = cli_main.cli.commands[name]
+        assert cmd.callback.__module__ == f"localspec.cli.{module}", name
+        assert cmd.help.strip().split("\n\n")[0].replace("\n", " ").startswith(text), name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -15,7 +16,48 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+# Each command: the module that defines it and its help's first paragraph. A command's module
+# loads only when that command runs, so `localspec --help` lists them all without importing
+# every front end (tests/test_cli.py checks the texts against the commands' own).
+COMMANDS = {
+    "bench": ("bench", "Measure target-only and a sweep of speculative settings on a prompt set."),
+    "chat": ("chat", "Chat with a model in the terminal, with live speculative-decoding gauges."),
+    "check": ("check", "Check that DRAFT's tokenizer is compatible with TARGET's (exit 0 yes, 1 no, 2 unreadable)."),
+    "compare": ("compare", "Run the target alone, then with speculation, and show the speed-up."),
+    "import": ("models", "Register a local GGUF file (one in the Hugging Face cache too) under a name."),
+    "info": ("info", "Show the llama.cpp backend (CPU or GPU) and the CPU features it was built with."),
+    "list": ("models", "List local models and pairs (or the catalog)."),
+    "pull": ("pull", "Download a target and a compatible draft (GGUF) into the Hugging Face cache."),
+    "quantize": ("models", "Make a quantized copy of a model with llama.cpp's quantizer (e.g. a Q8_0 draft)."),
+    "rm": ("models", "Remove a model from the store (and the files localspec downloaded or made for it)."),
+    "run": ("run", "Generate from a prompt with a target and a drafter."),
+    "serve": ("serve", "Serve the OpenAI API (chat and text completions, streaming) with speculative decoding."),
+    "tune": ("bench", "Find and store the fastest settings for a pair on this machine."),
+    "worker": ("worker", "Serve this machine's CPU or GPUs to localspec on other machines (--rpc HOST:PORT)."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands' modules load on first use (see :data:`COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS:
+            importlib.import_module(f"{__package__}.{COMMANDS[name][0]}")
+        return self.commands.get(name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, (self.commands.get(n) or click.Command(n, help=COMMANDS[n][1])).get_short_help_str(limit))
+                for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
              invoke_without_command=True)
 @click.version_option(__version__, prog_name="localspec")
 @click.pass_context
@@ -30,12 +72,13 @@ def cli(ctx: click.Context) -> None:
 
 
 def _register() -> None:
-    from . import bench, chat, check, compare, info, models, pull, run, serve, worker  # noqa: F401  (commands register themselves)
+    """Load every command now (tests and tools that walk ``cli.commands``)."""
+    for module in {m for m, _ in COMMANDS.values()}:
+        importlib.import_module(f"{__package__}.{module}")
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning every error into one line on stderr."""
-    _register()
     try:
         rc = cli.main(args=argv, prog_name="localspec", standalone_mode=False)
     except click.UsageError as exc:
