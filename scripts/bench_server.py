@@ -133,19 +133,25 @@ def spread(xs):
     return (max(xs) - min(xs)) / statistics.median(xs) if xs and statistics.median(xs) else 0.0
 
 
-def concurrent(server: Served, questions: list[str], n: int) -> dict:
-    results = [None] * len(questions)
+def at_once(call, items: list) -> tuple[list, float]:
+    """``call(item)`` for every item, each on its own thread, all started together: the
+    results in order and the wall seconds until the last one returned."""
+    results = [None] * len(items)
 
     def one(i):
-        results[i] = server.ask(questions[i], n)
+        results[i] = call(items[i])
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(questions))]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(items))]
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - t0
+    return results, time.perf_counter() - t0
+
+
+def concurrent(server: Served, questions: list[str], n: int) -> dict:
+    results, wall = at_once(lambda q: server.ask(q, n), questions)
     tokens = sum(r["tokens"] for r in results)
     return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall,
             "engine_tok_s": median([r["tok_s"] for r in results]),
@@ -218,18 +224,7 @@ class Http:
         return {"text": data["choices"][0]["text"], "tokens": data["usage"]["completion_tokens"], "wall_s": wall}
 
     def together(self, prompts: list[str], n: int) -> dict:
-        out = [None] * len(prompts)
-
-        def one(i):
-            out[i] = self.complete(prompts[i], n)
-
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
+        out, wall = at_once(lambda p: self.complete(p, n), prompts)
         tokens = sum(r["tokens"] for r in out)
         return {"tok_s": tokens / wall, "tokens": tokens, "wall_s": wall, "texts": [r["text"] for r in out]}
 

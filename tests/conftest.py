@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -108,6 +109,21 @@ def quantize(src: Path, dst: Path, ftype: int) -> Path:
 def smollm2_f16(smollm2_q4_1, tmp_path_factory) -> Path:
     """The F16 target made at test time from the shipped Q4_1 file."""
     return quantize(smollm2_q4_1, tmp_path_factory.mktemp("smollm2") / "smollm2-f16.gguf", 1)
+
+
+def start_serve(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str, str]:
+    """`localspec serve ARGS` in a subprocess, returned once it says it is serving, with its
+    base URL (http://127.0.0.1:PORT) and the line that said so. The caller stops it."""
+    proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", *args],
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    line = ""
+    while "serving" not in line:
+        line = proc.stderr.readline()
+        if not line:
+            proc.kill()
+            raise AssertionError("the server exited before serving: " + proc.stderr.read())
+    return proc, re.search(r"(http://\S+)/v1", line).group(1), line
 
 
 def make_engine(target, draft=None, *, drafter="model", n_ctx=512, fixed_k=True, draft_max=4,

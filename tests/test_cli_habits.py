@@ -8,14 +8,10 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
-import re
 import signal
-import subprocess
-import sys
 
 import pytest
-from conftest import run_cli
+from conftest import run_cli, start_serve
 
 ALIASES = {"-c", "--ctx", "--ctx-size", "-t", "--threads", "-ngl", "--gpu-layers", "--n-gpu-layers", "-ngld",
            "--gpu-layers-draft", "--n-gpu-layers-draft", "-md", "--model-draft", "-d", "--draft"}
@@ -112,15 +108,9 @@ def test_bench_json_on_stdout_and_out_file(tiny_target, tiny_draft, tmp_path):
 @contextlib.contextmanager
 def served(*args, env=None):
     """`localspec serve ARGS --port 0` in a subprocess: yields its port; SIGTERM after."""
-    proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", *args, "--quiet"],
-                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "LOCALSPEC_PORT": "0", **(env or {})})
+    proc, base, line = start_serve(*args, "--quiet", env={"LOCALSPEC_PORT": "0", **(env or {})})
     try:
-        line = ""
-        while "serving" not in line:
-            line = proc.stderr.readline()
-            assert line, "the server exited before serving: " + proc.stderr.read()
-        yield int(re.search(r"http://127\.0\.0\.1:(\d+)/v1", line).group(1)), line
+        yield int(base.rsplit(":", 1)[1]), line
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -22,7 +22,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import GREEDY, run_cli
+from conftest import GREEDY, run_cli, start_serve
 
 from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig, rpc
 
@@ -292,15 +292,9 @@ def _post(url: str, body: dict, timeout: float = 60) -> tuple[int, dict]:
 def test_worker_killed_mid_answer_server_502_and_keeps_serving(rpc_build, slow_pair):
     target, draft = slow_pair
     w = Worker()
-    proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", "-m", str(target), "-d", str(draft),
-                             "--port", "0", "--ctx", "4096", "--threads", "1", "--rpc", w.endpoint],
-                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc, base, _ = start_serve("-m", str(target), "-d", str(draft), "--port", "0", "--ctx", "4096",
+                             "--threads", "1", "--rpc", w.endpoint)
     try:
-        line = ""
-        while "serving" not in line:
-            line = proc.stderr.readline()
-            assert line, "the server exited before serving"
-        base = re.search(r"(http://\S+)/v1", line).group(1)
         answer: dict = {}
         ask = threading.Thread(target=lambda: answer.update(
             r=_post(base + "/v1/completions", {"prompt": PROMPT, "max_tokens": 3000, "temperature": 0})))

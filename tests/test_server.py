@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import openai
 import pytest
-from conftest import run_cli
+from conftest import run_cli, start_serve
 from prometheus_client.parser import text_string_to_metric_families
 
 from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
@@ -447,15 +447,9 @@ def test_serve_command_errors(tiny_target):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_answers_in_flight_and_exits_0(slow_pair, sig):
     target, draft = slow_pair
-    proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", "-m", str(target), "-d", str(draft),
-                             "--port", "0", "--ctx", "4096", "--threads", "1", "--parallel", "1"],
-                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc, url, _ = start_serve("-m", str(target), "-d", str(draft), "--port", "0", "--ctx", "4096",
+                            "--threads", "1", "--parallel", "1")
     try:
-        line = ""
-        while "serving" not in line:
-            line = proc.stderr.readline()
-            assert line, "the server exited before serving"
-        url = re.search(r"(http://\S+)/v1", line).group(1)
         server = SimpleNamespace(port=int(url.rsplit(":", 1)[1]))   # for request()
         c = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         outcome = {}

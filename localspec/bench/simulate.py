@@ -190,11 +190,11 @@ def evaluate(s: Scenario, seeds: int = 1, params: Params | None = None, cold: bo
             "settings": {k: round(v, 3) for k, v in out.items()}}
 
 
-def load(path: str) -> list[Scenario]:
-    """The scenarios of a JSON file: a list, or {"scenarios": [...]}.
+def scenario_items(path: str) -> list:
+    """The raw scenarios of a JSON file: a list, or {"scenarios": [...]}.
 
     Raises:
-        BadInput: unreadable, or a bad scenario.
+        BadInput: unreadable, or not a non-empty list.
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -204,7 +204,16 @@ def load(path: str) -> list[Scenario]:
     items = data.get("scenarios") if isinstance(data, dict) else data
     if not isinstance(items, list) or not items:
         raise BadInput(f"{path}: expected a list of scenarios")
-    return [Scenario.from_dict(d) for d in items]
+    return items
+
+
+def load(path: str) -> list[Scenario]:
+    """The scenarios of a JSON file (:func:`scenario_items`).
+
+    Raises:
+        BadInput: unreadable, or a bad scenario.
+    """
+    return [Scenario.from_dict(d) for d in scenario_items(path)]
 
 
 def with_noise(scenarios: list[Scenario], noise: float) -> list[Scenario]:

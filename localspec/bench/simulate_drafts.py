@@ -17,14 +17,13 @@ their tokens per second differ only by their decisions.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 
 from ..engine.events import Step
 from ..engine.policy import LARGE, SMALL, AdaptivePolicy, FixedPolicy, PairPolicy, Params
 from ..errors import BadInput
-from .simulate import MIN_TOKENS, Scenario
+from .simulate import MIN_TOKENS, Scenario, scenario_items
 
 SETTINGS = ("both", SMALL, LARGE, "target")
 
@@ -192,12 +191,7 @@ def report(scenarios: list[TwoDrafts], seeds: int = 1, params: Params | None = N
 def load(path: str) -> list[TwoDrafts] | None:
     """The two-draft scenarios of a JSON file; None when its scenarios have no ``drafts``
     (the one-draft simulator's). Raises: BadInput: unreadable, or a bad scenario."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as e:
-        raise BadInput(f"cannot read scenarios from {path}: {e}") from None
-    items = data.get("scenarios") if isinstance(data, dict) else data
-    if not isinstance(items, list) or not items or not all(is_two_drafts(d) for d in items):
+    items = scenario_items(path)
+    if not all(is_two_drafts(d) for d in items):
         return None
     return [TwoDrafts.from_dict(d) for d in items]
