@@ -64,6 +64,21 @@ def test_concurrent_greedy_answers_are_the_targets_alone(engine, alone, kind):
     assert g.result().token_ids == alone[PROMPTS[3]]
 
 
+def test_prompts_admitted_together_are_read_in_one_decode(engine, alone, monkeypatch):
+    r = engine.runner()
+    calls = []
+    real = r.target.decode
+    monkeypatch.setattr(r.target, "decode", lambda items: calls.append(len(items)) or real(items))
+    gens = [r.admit(engine.tokenize(p), _spec(DrafterKind.MODEL)) for p in PROMPTS[:3]]
+    assert all(not g.generated for g in gens)      # nothing read before the next round
+    r.step()
+    assert calls[:2] == [3, 3]    # the three prompts in one decode, then the round's one verify
+    r.run_all()
+    for p, g in zip(PROMPTS, gens):
+        assert g.result().token_ids == alone[p]
+    _check_mirrors(engine)
+
+
 def test_a_continued_prompt_goes_to_the_slot_holding_its_prefix(engine, alone):
     r = engine.runner()
     first = r.start(engine.tokenize(PROMPTS[1]), _spec(DrafterKind.NONE))

@@ -4,6 +4,8 @@ A :class:`BatchRunner` owns the sequences of a target context made with ``n_seq`
 of the draft model's, when one is loaded), one per slot, each with its own KV stream. One
 thread calls :meth:`BatchRunner.step`; each round:
 
+0. the prompts of the generations admitted since the last round (:meth:`BatchRunner.admit`)
+   are read, in one target decode for all, and each emits its first token;
 1. every busy slot's policy says how many tokens it may draft (a batch-level
    :class:`~localspec.engine.policy.batch.BatchGuard` may say none for all);
 2. the draft model's steps for all drafting slots go in one draft decode per step (prompt
@@ -196,6 +198,7 @@ class Generation:
         self.t_gen = self.t_start
         self.draft_seconds = 0.0
         self.decode_seconds = 0.0
+        self.cache_prompt = True
         self._model = runner.model
         self._runner = runner
 
@@ -264,6 +267,7 @@ class BatchRunner:
         self.slots: list[Generation | None] = [None] * self.n_slots
         self._used = [0] * self.n_slots          # when each slot last started (least recent first)
         self._starts = 0
+        self._pending: list[Generation] = []     # admitted, their prompts not read yet
         self.guard = BatchGuard(clock=clock)
         self.rounds = 0
         self.last_batch = 0        # tokens in the last round's target decode
@@ -305,6 +309,24 @@ class BatchRunner:
 
         Raises:
             SlotsFull: every slot is busy. BadInput: a spec no slot runs, an empty prompt.
+            ContextOverflow: a prompt the context cannot hold. What a failed read raised.
+        """
+        g = self.admit(prompt, spec, cancel, on_event, cache_prompt=cache_prompt)
+        with self.engine.lock:
+            self._pending.remove(g)
+            self._read_prompts([g])
+        if g.error is not None:
+            raise g.error
+        return g
+
+    def admit(self, prompt: list[int], spec: RunSpec, cancel: threading.Event | None = None,
+              on_event: Callable[[Event], None] | None = None, *, cache_prompt: bool = True) -> Generation:
+        """Take a free slot for ``prompt`` without reading it: the next :meth:`step` reads the
+        prompts of every generation admitted since in one decode (requests that arrive together
+        cost one prompt decode, not one each), emits their first tokens, then runs its round.
+
+        Raises:
+            SlotsFull: every slot is busy. BadInput: a spec no slot runs, an empty prompt.
             ContextOverflow: a prompt the context cannot hold.
         """
         spec.validate()
@@ -326,44 +348,65 @@ class BatchRunner:
             eng.settle_draft()
             policy = eng.policy(spec)
             g = Generation(self, s, prompt, spec, cancel, on_event, policy)
+            g.cache_prompt = cache_prompt
             self._starts += 1
             self._used[s] = self._starts
             self.slots[s] = g
-            try:
-                self._read_prompt(g, cache_prompt)
-            except BaseException as exc:
-                self._finish(g, error=exc)
-                raise
+            self._pending.append(g)
         return g
 
-    def _read_prompt(self, g: Generation, cache_prompt: bool) -> None:
-        s, prompt = g.slot, g.prompt
-        self.target.ctx.sample_on_device(None)
-        g.note(g.policy.opening_note())
-        t0 = time.perf_counter()
-        if not cache_prompt:
-            self.target.truncate(s, 0)
-        n_cached = min(common_prefix(self.target.mirror(s), prompt), len(prompt) - 1)
-        self.target.truncate(s, n_cached)
-        rows = self.target.decode([(s, prompt[n_cached:], 1)])[0]
-        g.t_gen = time.perf_counter()
-        g.stats.prompt(len(prompt), n_cached, g.t_gen - t0)
-        g._put(PromptProcessed(len(prompt), n_cached, g.t_gen - t0))
-        t1 = time.perf_counter()
-        x = rows[0]
-        first = int(x.argmax()) if g.greedy else LogitRows(rows).dist(0, g.sampling).sample(g.rng)
-        emitted = g.emit([first], [Origin.TARGET])
-        step = Step(0, 0, 0, 0, emitted, 0.0, time.perf_counter() - t1, g.policy.drafting, verify_batch=0)
-        g.stats.step(step)
-        g._put(step)
-        g.index = 1
-        if g.kind is DrafterKind.MODEL and g.policy.drafting and g.reason is None:
-            self._draft_read(s, g.tokens[:-1])
-        elif g.lookup is not None:
-            g.lookup.prefill(g.tokens, now=g.policy.drafting)
-        g.quiet = g.policy.quiet_rounds()
-        if g.reason is not None:
-            self._finish(g)
+    def _read_prompts(self, gens: list[Generation]) -> None:
+        """Read the prompts of ``gens`` (one target decode for all, one draft decode for those
+        drafting with the model) and emit each one's first token. A failed read ends each of
+        them with its error (kept in ``error``)."""
+        tgt = self.target
+        try:
+            tgt.ctx.sample_on_device(None)
+            t0 = time.perf_counter()
+            items, cached = [], []
+            for g in gens:
+                g.note(g.policy.opening_note())
+                s, prompt = g.slot, g.prompt
+                if not g.cache_prompt:
+                    tgt.truncate(s, 0)
+                n_cached = min(common_prefix(tgt.mirror(s), prompt), len(prompt) - 1)
+                tgt.truncate(s, n_cached)
+                items.append((s, prompt[n_cached:], 1))
+                cached.append(n_cached)
+            rows = tgt.decode(items)
+            t_gen = time.perf_counter()
+            reads = []
+            for g, n_cached, x in zip(gens, cached, rows):
+                g.t_gen = t_gen
+                g.stats.prompt(len(g.prompt), n_cached, t_gen - t0)
+                g._put(PromptProcessed(len(g.prompt), n_cached, t_gen - t0))
+                t1 = time.perf_counter()
+                first = int(x[0].argmax()) if g.greedy else LogitRows(x).dist(0, g.sampling).sample(g.rng)
+                emitted = g.emit([first], [Origin.TARGET])
+                step = Step(0, 0, 0, 0, emitted, 0.0, time.perf_counter() - t1, g.policy.drafting, verify_batch=0)
+                g.stats.step(step)
+                g._put(step)
+                g.index = 1
+                if g.kind is DrafterKind.MODEL and g.policy.drafting and g.reason is None:
+                    reads.append((g.slot, g.tokens[:-1]))
+                elif g.lookup is not None:
+                    g.lookup.prefill(g.tokens, now=g.policy.drafting)
+                g.quiet = g.policy.quiet_rounds()
+            if reads:
+                self._draft_read(reads)
+        except Exception as exc:
+            for g in gens:
+                if not g.finished:
+                    self._finish(g, error=exc)
+            return
+        except BaseException as exc:
+            for g in gens:
+                if not g.finished:
+                    self._finish(g, error=exc)
+            raise
+        for g in gens:
+            if g.reason is not None:
+                self._finish(g)
 
     def _map(self, tokens: list[int]) -> list[int]:
         n = self._n_in
@@ -371,22 +414,32 @@ class BatchRunner:
             return tokens
         return [t if t < n else self._stand_in for t in tokens]
 
-    def _draft_read(self, s: int, head: list[int]) -> None:
-        """Bring draft sequence ``s`` to ``head`` (what it holds of it stays)."""
+    def _draft_read(self, heads: list[tuple[int, list[int]]]) -> None:
+        """Bring each draft sequence ``s`` to its ``head`` (what it holds of it stays), in one
+        decode where the batch size allows."""
         d = self.draft
-        head = self._map(head)
-        d.truncate(s, common_prefix(d.mirror(s), head))
-        todo = head[len(d.mirror(s)):]
-        if todo:
-            d.decode([(s, todo, 0)])
+        items = []
+        for s, head in heads:
+            head = self._map(head)
+            d.truncate(s, common_prefix(d.mirror(s), head))
+            todo = head[len(d.mirror(s)):]
+            if todo:
+                items.append((s, todo, 0))
+        if items:
+            d.decode(items)
 
     # -- rounds -----------------------------------------------------------------------
     def step(self) -> int:
         """One round for every busy slot; returns how many are still busy."""
-        active = [g for g in self.slots if g is not None]
-        if not active:
+        if not any(self.slots):
             return 0
         with self.engine.lock:
+            if self._pending:
+                fresh, self._pending = self._pending, []
+                self._read_prompts(fresh)
+            active = [g for g in self.slots if g is not None]
+            if not active:
+                return 0
             try:
                 self._round(active)
             except Exception as exc:   # the whole batch failed: each of its generations ends with it

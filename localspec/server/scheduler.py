@@ -296,7 +296,8 @@ class Scheduler:
             self._reap()
 
     def _start(self, job: Job) -> None:
-        """Put a job into a free slot (its prompt is read and its first token emitted here)."""
+        """Put a job into a free slot (its prompt is read and its first token emitted by the next
+        round; one that ends there is answered by :meth:`_reap`)."""
         if job.cancel.is_set():
             self._refused(job, _shutdown(), job.cancel_reason or "cancelled")
             return
@@ -327,15 +328,11 @@ class Scheduler:
         live.start(job.id, job.endpoint, job.spec.drafter.value, slot)
         m.busy.set(1)
         self._slots[slot] = (job, state)
-        try:
-            gen = self.runner.start(job.prompt, job.spec, job.cancel, on_event, cache_prompt=job.cache_prompt)
+        try:   # read at the next round, with the prompts of the others admitted now
+            gen = self.runner.admit(job.prompt, job.spec, job.cancel, on_event, cache_prompt=job.cache_prompt)
         except Exception as exc:    # noqa: BLE001 - answered as the single path answers it
             self._slots[slot] = None
             self._end(job, None, exc, 0.0, slot)
-            return
-        if gen.finished:     # ended with its first token: answered now, its slot free for the next
-            self._slots[slot] = None
-            self._end(job, gen.done, gen.error, state["ttft"], slot)
             return
         self._slots[slot] = (job, gen, state)
 
