@@ -43,6 +43,7 @@ from .stats import StatsRecorder
 from .text import TextStream
 
 BATCHED = (DrafterKind.NONE, DrafterKind.MODEL, DrafterKind.NGRAM)
+_PLAIN = (Origin.TARGET,)
 
 
 class SlotsFull(LocalspecError):
@@ -59,9 +60,10 @@ class _Seqs:
         self.tokens = [ctx.tokens] + [[] for _ in range(ctx.n_seq - 1)]
         self.batch = ll.llama_batch_init(self.n_batch, 0, 1)
         b = self.batch
-        self._tok, self._pos, self._seq, self._out, self._nseq = b.token, b.pos, b.seq_id, b.logits, b.n_seq_id
+        self._tok, self._pos, self._out, self._nseq = b.token, b.pos, b.logits, b.n_seq_id
         for i in range(self.n_batch):
             self._nseq[i] = 1
+        self._seq = [b.seq_id[i] for i in range(self.n_batch)]   # each position's seq_id array
         self.n_vocab = ctx.model.n_vocab
         self.seconds = 0.0
         self._views: dict[tuple[int, int], np.ndarray] = {}
@@ -281,7 +283,7 @@ class BatchRunner:
 
     @property
     def busy(self) -> int:
-        return sum(g is not None for g in self.slots)
+        return self.n_slots - self.slots.count(None)
 
     @property
     def free(self) -> int:
@@ -523,10 +525,11 @@ class BatchRunner:
 
                 q = dists if dists is not None else [Dist.onehot(t) for t in toks]
                 a, nxt = speculative_accept(toks, q, p_at, self.model.n_vocab, g.rng)
-            tgt.truncate(g.slot, len(g.tokens) + a)
-            new = toks[:a] + [nxt]
-            origins = [Origin.DRAFT] * a + [Origin.BONUS if (n and a == n) else Origin.TARGET]
-            emitted = g.emit(new, origins)
+            if n:
+                tgt.truncate(g.slot, len(g.tokens) + a)
+                emitted = g.emit(toks[:a] + [nxt], [Origin.DRAFT] * a + [Origin.BONUS if a == n else Origin.TARGET])
+            else:      # a plain step: its sequence holds exactly the slot's tokens
+                emitted = g.emit([nxt], _PLAIN)
             emitted_all += emitted
             any_drafted = any_drafted or n > 0
             ds = t_draft if steps else 0.0

@@ -29,8 +29,11 @@ class PromptProcessed:
     seconds: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Token:
+    """One generated token (not frozen, like :class:`Step`: one is built per token, and a
+    frozen dataclass costs several times as much to build)."""
+
     id: int
     text: str            # text released by this token (may be "" while a stop string is pending)
     origin: Origin
@@ -43,12 +46,13 @@ class TextChunk:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Step:
     """One draft-and-verify round (or one plain target step when nothing was drafted).
 
     The one record of a round: the stream's consumers, the statistics and the drafting
-    policy all read it.
+    policy all read it (and none changes it; not frozen, as one is built per slot per round
+    and a frozen dataclass costs several times as much to build).
     """
 
     index: int
