@@ -1,11 +1,14 @@
 """Prometheus metrics of one server, in its own registry (several servers can share a process).
 
 The scheduler's worker feeds it the engine's own records (:class:`Step`, :class:`Done`), so
-the figures are those ``localspec run`` prints. Labelled children are looked up once: the
-per-round cost is a few counter increments.
+the figures are those ``localspec run`` prints. What changes every round (tokens, drafts,
+time per token, decode batches) is kept as plain numbers by :class:`RoundFigures` and read
+out when /metrics is asked for: a round costs a few additions, not a locked update per figure.
 """
 
 from __future__ import annotations
+
+import bisect
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -16,6 +19,8 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 from ..engine import Step
 
@@ -39,24 +44,12 @@ class Metrics:
         for e in ENDPOINTS:   # present from the start, so rates work before the first failure
             for o in OUTCOMES:
                 self.requests.labels(e, o)
-        self.generated = Counter("localspec_tokens_generated", "Tokens generated (all requests).", registry=r)
+        self.figures = RoundFigures()
+        r.register(self.figures)
         self.prompt = Counter("localspec_prompt_tokens", "Prompt tokens decoded (not reused from the cache).",
                               registry=r)
         self.cached = Counter("localspec_prompt_tokens_cached", "Prompt tokens reused from the previous "
                               "request's cache.", registry=r)
-        self.drafted = Counter("localspec_draft_tokens", "Tokens proposed by the drafter.", registry=r)
-        self.accepted = Counter("localspec_draft_tokens_accepted", "Drafted tokens the target accepted.",
-                                registry=r)
-        pos = ["position"]
-        self.pos_drafted = Counter("localspec_draft_position_tokens", "Tokens drafted at each draft position "
-                                   "(1 = first drafted token of a round).", pos, registry=r)
-        self.pos_accepted = Counter("localspec_draft_position_accepted", "Tokens accepted at each draft "
-                                    "position.", pos, registry=r)
-        self.pos_rate = Gauge("localspec_draft_acceptance", "Acceptance rate at each draft position since "
-                              "the server started.", pos, registry=r)
-        drafting = Counter("localspec_tokens_drafting", "Tokens generated while drafting was on or paused "
-                           "by the adaptive policy.", ["drafting"], registry=r)
-        self._on, self._off = drafting.labels("on"), drafting.labels("off")
         self.queue_depth = Gauge("localspec_queue_depth", "Requests waiting for the engine.", registry=r)
         Gauge("localspec_queue_capacity", "Most requests that may wait (--queue).", registry=r).set(queue_capacity)
         self.busy = Gauge("localspec_generating", "1 while a request is being generated.", registry=r)
@@ -64,17 +57,10 @@ class Metrics:
                               "included) to its first generated token.", buckets=TTFT_BUCKETS, registry=r)
         self.queue_wait = Histogram("localspec_queue_wait_seconds", "Time requests waited for the engine.",
                                     buckets=TTFT_BUCKETS, registry=r)
-        self.per_token = Histogram("localspec_time_per_output_token_seconds", "Generation time per token: "
-                                   "each round's time divided over the tokens it emitted, every token counted.",
-                                   buckets=TOKEN_BUCKETS, registry=r)
         self.cascade = Counter("localspec_cascade_answers", "Cascaded requests by who answered: 'draft' (the "
                                "draft model's answer, not the target's) or 'target'.", ["answered_by"], registry=r)
-        self._pos: list[tuple] = []    # (drafted child, accepted child, rate child, drafted n, accepted n)
         Gauge("localspec_slots", "Slots: requests generated together (--parallel).", registry=r).set(slots)
         self.slots_busy = Gauge("localspec_slots_busy", "Slots generating now (the rest are idle).", registry=r)
-        self.decode_batch = Histogram("localspec_decode_batch_tokens", "Tokens in each round's target decode "
-                                      "(every busy slot's plain step or verify batch together).",
-                                      buckets=BATCH_BUCKETS, registry=r)
         self.slot_tps = Gauge("localspec_slot_tokens_per_second", "Each slot's last request's tokens per "
                               "second.", ["slot"], registry=r)
         self.slot_acceptance = Gauge("localspec_slot_draft_acceptance", "Each slot's last request's share "
@@ -84,27 +70,7 @@ class Metrics:
 
     # -- fed by the scheduler's worker ------------------------------------------------
     def step(self, s: Step) -> None:
-        if s.emitted:
-            (self._on if s.drafting else self._off).inc(s.emitted)
-            self.generated.inc(s.emitted)
-            per = (s.draft_seconds + s.verify_seconds) / s.emitted
-            for _ in range(s.emitted):
-                self.per_token.observe(per)
-        if s.drafted:
-            self.drafted.inc(s.drafted)
-            self.accepted.inc(s.accepted)
-            while len(self._pos) < s.drafted:
-                p = str(len(self._pos) + 1)
-                self._pos.append([self.pos_drafted.labels(p), self.pos_accepted.labels(p), self.pos_rate.labels(p),
-                                  0, 0])
-            for i in range(s.drafted):
-                row = self._pos[i]
-                row[0].inc()
-                row[3] += 1
-                if i < s.accepted:
-                    row[1].inc()
-                    row[4] += 1
-                row[2].set(row[4] / row[3])
+        self.figures.step(s)
 
     def answered(self, s) -> None:
         """A finished request's Summary: who answered, with a cascade."""
@@ -113,7 +79,7 @@ class Metrics:
 
     def round(self, batch_tokens: int, busy: int) -> None:
         """A round of the slots: its decode's tokens, and the slots still busy after it."""
-        self.decode_batch.observe(batch_tokens)
+        self.figures.batch.observe(batch_tokens)
         self.slots_busy.set(busy)
 
     def slot_done(self, slot: int, tokens_per_second: float, acceptance: float | None) -> None:
@@ -131,3 +97,89 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _Histogram:
+    """A histogram as plain numbers (one thread adds, any reads)."""
+
+    def __init__(self, name: str, doc: str, buckets: tuple[float, ...]):
+        self.name, self.doc, self.bounds = name, doc, buckets
+        self.counts = [0] * (len(buckets) + 1)    # the last: above every bound
+        self.sum = 0.0
+
+    def observe(self, value: float, n: int = 1) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += n
+        self.sum += value * n
+
+    def family(self) -> HistogramMetricFamily:
+        counts, total, buckets = list(self.counts), self.sum, []
+        running = 0
+        for bound, c in zip((*self.bounds, float("inf")), counts):
+            running += c
+            buckets.append((floatToGoString(bound), running))
+        return HistogramMetricFamily(self.name, self.doc, buckets=buckets, sum_value=total)
+
+
+class RoundFigures:
+    """The figures every round changes, as plain numbers, and a collector that exposes them
+    (the scheduler's worker adds; /metrics reads)."""
+
+    def __init__(self):
+        self.generated = 0
+        self.on = self.off = 0
+        self.drafted = self.accepted = 0
+        self.pos_drafted: list[int] = []       # at each draft position (1 = a round's first drafted token)
+        self.pos_accepted: list[int] = []
+        self.per_token = _Histogram("localspec_time_per_output_token_seconds", "Generation time per token: "
+                                    "each round's time divided over the tokens it emitted, every token counted.",
+                                    TOKEN_BUCKETS)
+        self.batch = _Histogram("localspec_decode_batch_tokens", "Tokens in each round's target decode (every "
+                                "busy slot's plain step or verify batch together).", BATCH_BUCKETS)
+
+    def step(self, s: Step) -> None:
+        n = s.emitted
+        if n:
+            if s.drafting:
+                self.on += n
+            else:
+                self.off += n
+            self.generated += n
+            self.per_token.observe((s.draft_seconds + s.verify_seconds) / n, n)
+        if s.drafted:
+            self.drafted += s.drafted
+            self.accepted += s.accepted
+            while len(self.pos_drafted) < s.drafted:
+                self.pos_drafted.append(0)
+                self.pos_accepted.append(0)
+            for i in range(s.drafted):
+                self.pos_drafted[i] += 1
+            for i in range(s.accepted):
+                self.pos_accepted[i] += 1
+
+    def collect(self):
+        yield CounterMetricFamily("localspec_tokens_generated", "Tokens generated (all requests).",
+                                  value=self.generated)
+        yield CounterMetricFamily("localspec_draft_tokens", "Tokens proposed by the drafter.", value=self.drafted)
+        yield CounterMetricFamily("localspec_draft_tokens_accepted", "Drafted tokens the target accepted.",
+                                  value=self.accepted)
+        drafted, accepted = list(self.pos_drafted), list(self.pos_accepted)[:len(self.pos_drafted)]
+        pos_d = CounterMetricFamily("localspec_draft_position_tokens", "Tokens drafted at each draft position "
+                                    "(1 = first drafted token of a round).", labels=["position"])
+        pos_a = CounterMetricFamily("localspec_draft_position_accepted", "Tokens accepted at each draft position.",
+                                    labels=["position"])
+        rate = GaugeMetricFamily("localspec_draft_acceptance", "Acceptance rate at each draft position since "
+                                 "the server started.", labels=["position"])
+        for i, (d, a) in enumerate(zip(drafted, accepted)):
+            pos_d.add_metric([str(i + 1)], d)
+            pos_a.add_metric([str(i + 1)], a)
+            rate.add_metric([str(i + 1)], a / d if d else 0.0)
+        yield pos_d
+        yield pos_a
+        yield rate
+        drafting = CounterMetricFamily("localspec_tokens_drafting", "Tokens generated while drafting was on or "
+                                       "paused by the adaptive policy.", labels=["drafting"])
+        drafting.add_metric(["on"], self.on)
+        drafting.add_metric(["off"], self.off)
+        yield drafting
+        yield self.per_token.family()
+        yield self.batch.family()
