@@ -44,6 +44,7 @@ from .text import TextStream
 
 BATCHED = (DrafterKind.NONE, DrafterKind.MODEL, DrafterKind.NGRAM)
 _PLAIN = (Origin.TARGET,)
+_NO_DRAFT: tuple[list[int], None, int] = ([], None, 0)   # (tokens, distributions, decodes): none (never changed)
 
 
 class SlotsFull(LocalspecError):
@@ -467,6 +468,7 @@ class BatchRunner:
         allow = self.guard.allow(n_busy)
         # -- how many tokens each slot may draft ----------------------------------------
         plan: list[tuple[Generation, int, bool, bool]] = []   # (gen, k, asked, probe)
+        drafting = False
         for g in live:
             pol = g.policy
             remaining = g.spec.max_tokens - len(g.generated)
@@ -484,24 +486,31 @@ class BatchRunner:
             if g.passed:
                 pol.passed(g.passed, g.passed_tokens)
                 g.passed = g.passed_tokens = 0
-            want = pol.next_k()
-            plan.append((g, max(0, min(want, room, remaining - 1)), True, pol.probe))
+            k = max(0, min(pol.next_k(), room, remaining - 1))
+            drafting = drafting or k > 0
+            plan.append((g, k, True, pol.probe))
         if not plan:
             return
         # -- draft --------------------------------------------------------------------
-        t0 = time.perf_counter()
-        drafts = self._draft_all(plan)
-        t_draft = time.perf_counter() - t0
+        if drafting:
+            t0 = time.perf_counter()
+            drafts = self._draft_all(plan)
+            t_draft = time.perf_counter() - t0
+        else:
+            drafts, t_draft = [_NO_DRAFT] * len(plan), 0.0
+            self.last_draft_batch = 0
         # -- verify: one target decode for every slot ----------------------------------
         items = []
+        n_batch = 0
         for (g, _, _, _), (toks, _, _) in zip(plan, drafts):
             s = g.slot
-            held = tgt.mirror(s)
-            items.append((s, g.tokens[len(held):] + toks, len(toks) + 1))
+            todo = g.tokens[len(tgt.mirror(s)):] + toks
+            n_batch += len(todo)
+            items.append((s, todo, len(toks) + 1))
         t1 = time.perf_counter()
         rows = tgt.decode(items)
         t_verify = time.perf_counter() - t1
-        self.last_batch = sum(len(i[1]) for i in items)
+        self.last_batch = n_batch
         self.rounds += 1
         # -- accept, cut, emit, learn --------------------------------------------------
         emitted_all = 0
