@@ -316,6 +316,7 @@ class Model(NativeHandle):
         on_device = gpu_offload_supported() if self.rpc else offload
         self.output_on_device = on_device and (gpu_layers < 0 or gpu_layers > n_layer)
         self._pieces: dict[int, bytes] = {}
+        self._template: list[str | None] = []     # the chat template, once read
         self._eog = np.zeros(self.n_vocab, dtype=bool)
         for t in range(self.n_vocab):
             if ll.llama_vocab_is_eog(self.vocab, t):
@@ -391,8 +392,11 @@ class Model(NativeHandle):
         return self._eog
 
     def chat_template(self) -> str | None:
-        raw = ll.llama_model_chat_template(self.ptr, None)
-        return raw.decode("utf-8", errors="replace") if raw else None
+        """The model's own chat template (read once: a server asks for it with every request)."""
+        if not self._template:
+            raw = ll.llama_model_chat_template(self.ptr, None)
+            self._template.append(raw.decode("utf-8", errors="replace") if raw else None)
+        return self._template[0]
 
     def meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(1024)
