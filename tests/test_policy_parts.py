@@ -176,7 +176,7 @@ def test_a_first_decode_that_builds_a_graph_is_priced_once_not_carried_as_the_co
     s = next(x for x in sim.load(str(GPU_GRAPH)) if x.name == "gpu-27b-short-answer+graph-build")
     ratio = sim.evaluate(s, 1)["default_over_best"]
     without = sim.evaluate(s, 1, sim.params_with(sim.ABLATIONS["a batch size's first decode priced as a one-off"]))
-    assert ratio >= 0.96 and without["default_over_best"] < ratio - 0.1, (ratio, without)
+    assert ratio >= 0.95 and without["default_over_best"] < ratio - 0.1, (ratio, without)
 
 
 def test_the_script_prints_the_contracted_json(tmp_path):

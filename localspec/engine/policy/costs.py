@@ -126,8 +126,9 @@ class CostModel:
         self.overhead = {True: Samples(params.window), False: Samples(params.window)}   # drafting, plain
         self.round_extra = 0.0                     # every drafting round's extra (a chain's catch-up)
         self.noise_prior: float | None = None
-        self.build = Samples(params.window)        # a size's first decode in a generation over its next
-        self.draft_build = Samples(params.window)  # ... and the drafter's
+        # A size's first decode in a generation over its second, the target's and the drafter's
+        # (carried from answer to answer: a drafter gives one a generation).
+        self.build: tuple[deque[float], deque[float]] = (deque(maxlen=params.window), deque(maxlen=params.window))
         self._tables: dict[float, list[float]] = {}
         self._noise: float | None = None
 
@@ -137,7 +138,7 @@ class CostModel:
         if s is None:
             s = self.verify[batch] = Samples(self.p.window)
         elif s.n == 1:
-            self.build.add(s.xs[0] - seconds / self.level)
+            self.build[0].append(s.xs[0] - seconds / self.level)
         elif s.n >= 2:   # (a size's first sample may be a graph being built: it moves nothing)
             ratio = seconds / (s.value * self.level)
             self.level *= min(max(ratio, 0.5), 2.0) ** self.p.level_rate
@@ -152,7 +153,7 @@ class CostModel:
         if first_tokens <= self.p.short_sync:
             x = first_seconds if first_seconds > 0 else seconds / steps
             if self.first.n == 1:
-                self.draft_build.add(self.first.xs[0] - x)
+                self.build[1].append(self.first.xs[0] - x)
             self.first.add(x)
         elif self.first.value is not None:
             per = max(first_seconds - self.first.value, 0.0) / (first_tokens - 1)
@@ -168,13 +169,16 @@ class CostModel:
         """What a batch size's first decode in a generation costs beyond its later ones
         (a GPU building its graph), as measured; 0 until measured."""
         ref = min((s.value for s in self.verify.values() if s.value is not None), default=0.0)
-        return self._extra(self.build, ref) * self.level
+        return self._extra(self.build[0], ref) * self.level
 
-    def _extra(self, build: Samples, ref: float) -> float:
-        """A measured first-decode extra where it is ``build_min`` of ``ref`` (the cheapest
-        decode) or more: a difference of two samples is noisy; else 0."""
-        v = build.value
-        return v if v and v > 0 and v >= self.p.build_min * ref else 0.0
+    def _extra(self, build: deque[float], ref: float) -> float:
+        """A low third of the first-decode extras measured, two or more (one difference of two
+        samples may be a spike), where it is ``build_min`` of ``ref`` (the cheapest decode) or
+        more; else 0."""
+        if len(build) < 2:
+            return 0.0
+        v = sorted(build)[len(build) // 3]
+        return v if v > 0 and v >= self.p.build_min * ref else 0.0
 
     def decoded(self, batch: int) -> bool:
         """Whether this generation decoded a batch of ``batch`` tokens (its first decode is paid)."""
@@ -186,7 +190,7 @@ class CostModel:
         v = s.value
         if s.n != 1 or v is None:
             return v
-        extra = self._extra(self.draft_build, min(s.xs)) if draft else self.first_extra() / self.level
+        extra = self._extra(self.build[1], min(s.xs)) if draft else self.first_extra() / self.level
         return max(v - extra, 0.25 * v) if extra else v
 
     @property
@@ -266,7 +270,7 @@ class CostModel:
     def to_dict(self) -> dict:
         return {"verify": {str(b): self._value(s) * self._moved(s) for b, s in sorted(self.verify.items())
                            if s.value is not None},
-                "first_extra": [self.build.value, self.draft_build.value],
+                "first_extra": [list(self.build[0]), list(self.build[1])],
                 "draft_first": self.draft_first(), "draft_next": self.next.value, "multi": self.multi,
                 "catchup": self.catchup, "noise": self.noise() if self.verify else None,
                 "loop": [self.overhead[True].value, self.overhead[False].value]}
@@ -280,9 +284,8 @@ class CostModel:
         self.verify = {b: Samples(self.p.window, v) for b, v in verify.items()}
         self.first.prior, self.next.prior, self.catchup = first, nxt, catchup
         self.multi = bool(d.get("multi"))
-        extra = d.get("first_extra") or [None, None]
-        for own, v in zip((self.build, self.draft_build), extra):
-            own.prior = float(v) if isinstance(v, (int, float)) else None
+        for own, xs in zip(self.build, d.get("first_extra") or ()):
+            own.extend(float(x) for x in xs)
         noise = d.get("noise")
         if isinstance(noise, (int, float)) and 0.0 <= noise < 0.5:
             self.noise_prior, self._noise = float(noise), None
