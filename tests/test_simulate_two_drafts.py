@@ -63,3 +63,33 @@ def test_bad_two_draft_scenario_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate_policy.py"), "--scenarios", str(bad)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "every kind of stretch" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_oracle_uses_the_faster_draft_of_each_stretch(scenarios):
+    s = scenarios["mixed-256"]
+    assert sd.best_single(s, "easy")[0] == SMALL and sd.best_single(s, "hard")[0] == LARGE
+    oracle = sd.simulate(s, "oracle", 0)
+    assert oracle[3][SMALL] > 0 and oracle[3][LARGE] > 0 and oracle[0] == s.base.tokens
+    for single in (SMALL, LARGE):
+        r = sd.simulate(s, single, 0)
+        assert oracle[0] / oracle[1] > r[0] / r[1]
+
+
+def test_layered_round_counts_the_large_drafts_batches(scenarios):
+    """Drafts right everywhere: the large draft holds K after ceil(K / (block + 1)) batches,
+    the last block only as long as needed, and the target keeps all K."""
+    s = scenarios["mixed-256"]
+    sure = sd.TwoDrafts(s.base, tuple(sd.Draft(d.name, d.draft_ms, {"easy": (1.0,)}) for d in s.drafts),
+                        (("easy", 1),))
+    accepted, seconds, small_n, batches = sd._layered_round(sure, 7, 2, [0.5] * 16, 0, "easy")
+    assert (accepted, batches, small_n) == (7, 3, 5) and seconds > 0
+    nothing = sd.TwoDrafts(s.base, tuple(sd.Draft(d.name, d.draft_ms, {"easy": (0.0,)}) for d in s.drafts),
+                           (("easy", 1),))
+    assert sd._layered_round(nothing, 3, 2, [0.5] * 16, 0, "easy")[0] == 0
+
+
+def test_report_gives_the_reachable_next_to_the_pair(scenarios):
+    r = sd.evaluate(scenarios["short-hard"])
+    assert {"oracle", "layered"} <= set(r["settings"])
+    assert r["both_over_oracle"] == round(r["settings"]["both"] / r["settings"]["oracle"], 4)
+    assert r["per_stretch"]["hard"][LARGE] > r["per_stretch"]["hard"][SMALL]
