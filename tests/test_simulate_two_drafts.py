@@ -93,3 +93,40 @@ def test_report_gives_the_reachable_next_to_the_pair(scenarios):
     assert {"oracle", "layered"} <= set(r["settings"])
     assert r["both_over_oracle"] == round(r["settings"]["both"] / r["settings"]["oracle"], 4)
     assert r["per_stretch"]["hard"][LARGE] > r["per_stretch"]["hard"][SMALL]
+
+
+def test_the_pair_leaves_the_small_draft_soon_after_its_text_turns_hard(scenarios, monkeypatch):
+    """On mixed text the small draft, in use when an easy stretch turns hard, hands over
+    within a few rounds: in use (tries aside), it drafts under 11% of the hard stretches'
+    tokens (9% here; 14% when only its policy's ~50-round memory judged it)."""
+    s = scenarios["mixed-256"]
+    rounds: list[tuple[str, int]] = []
+
+    class Recorded(PairPolicy):
+        def observe(self, step):
+            rounds.append((step.source if not self.trying else "try", step.emitted))
+            return super().observe(step)
+
+    monkeypatch.setattr(sd, "PairPolicy", Recorded)
+    hard = small_in_hard = 0
+    for seed in range(5):
+        learned = sd.simulate(s, "both", 5 + seed)[2]
+        rounds.clear()
+        sd.simulate(s, "both", seed, None, learned)
+        at = 0
+        for source, emitted in rounds:
+            if s.kind(at) == "hard":
+                hard += emitted
+                small_in_hard += emitted if source == SMALL else 0
+            at += emitted
+    assert hard > 2000 and small_in_hard < 0.11 * hard, (small_in_hard, hard)
+
+
+def test_the_try_gap_carries_to_the_next_answer(scenarios):
+    """Failed tries of the idle draft widen the gap to the next; the next answer keeps it."""
+    learned = sd.simulate(scenarios["hard"], "both", 0)[2]
+    gap = learned["try_gap"]
+    assert gap > PairPolicy.build(1, 8, None, True).gap
+    assert PairPolicy.build(1, 8, None, True, learned).gap == gap
+    for bad in (10**6, str(gap), 1):
+        assert PairPolicy.build(1, 8, None, True, learned | {"try_gap": bad}).gap == 16
