@@ -165,7 +165,8 @@ class PairPolicy:
 
     def _choose(self, use: str, idle: str) -> str:
         """The draft in use, unless the idle one is expected clearly faster (switch), or a
-        try is due (``gap`` rounds since it drafted) and its thinned evidence, read
+        try is due (``gap`` rounds since it drafted, and for the large draft idle, a change of
+        text seen or its evidence saying it is faster) and its thinned evidence, read
         optimistically, could make it so (or it was never measured): then ``route_try``
         rounds of it, judged after the last."""
         p = self.p
@@ -180,7 +181,7 @@ class PairPolicy:
         if self.idle < self.gap:
             return use
         if use == SMALL and not self._due and r_idle is not None and r_idle <= r_use:
-            return use      # the small draft's own rounds show a stretch where it fails: no blind tries
+            return use      # no blind tries: the small draft's own rounds show when its text turns hard
         if other.costs.known:
             optimistic = self._rate_after_catchup(idle, self._idle_upper(other))
             if optimistic is None or optimistic <= r_use * (1.0 + p.route_margin):
