@@ -54,13 +54,11 @@ class PairPolicy:
 
     adaptive = True
     may_draft = True
-    #: The draft in use's last rounds, read on their own besides its policy's ~50-round
-    #: memory (which lags a stretch change): up to ``RECENT_ROUNDS`` of them, once there are
-    #: ``RECENT_MIN``, bound its acceptance (``z`` errors), and its expected rate is moved
+    #: The draft in use's last rounds (``route_recent``), read on their own besides its
+    #: policy's ~50-round memory (which lags a stretch change), once there are
+    #: ``route_recent_min``, bound its acceptance (``z`` errors), and its expected rate is moved
     #: into those bounds; bounds beyond its long-run mean in the direction that favours the
     #: idle draft (easier text under the large one, harder under the small one) make a try due.
-    RECENT_ROUNDS = 6       # [rounds]
-    RECENT_MIN = 3          # [rounds]
 
     def __init__(self, small: AdaptivePolicy, large: AdaptivePolicy, params: Params = DEFAULT,
                  use: str | None = None, gap: int | None = None):
@@ -85,7 +83,7 @@ class PairPolicy:
         self._note: str | None = None
         self._due = False                # the text changed: a try of the idle draft is due
         self._try_rounds: list[tuple[int, int]] = []   # the try under way's (accepted, failed) rounds
-        self._recent: deque[tuple[int, int]] = deque(maxlen=self.RECENT_ROUNDS)   # the draft in use's
+        self._recent: deque[tuple[int, int]] = deque(maxlen=params.route_recent)   # the draft in use's
         if (use in self.policies and self.policies[use].drafting) or (not small.drafting and large.drafting):
             self.use = self.route = use if use in self.policies else LARGE
 
@@ -196,8 +194,8 @@ class PairPolicy:
 
     def _recent_bounds(self) -> tuple[float, float, float] | None:
         """(mean, lower, upper) of the draft in use's acceptance over its last rounds (up to
-        ``RECENT_ROUNDS``); None until it drafted ``RECENT_MIN`` since it came into use."""
-        if len(self._recent) < self.RECENT_MIN:
+        ``route_recent``); None until it drafted ``route_recent_min`` since it came into use."""
+        if len(self._recent) < self.p.route_recent_min:
             return None
         succ = sum(a for a, _ in self._recent)
         fail = sum(f for _, f in self._recent)
