@@ -66,13 +66,17 @@ def _two_drafts(out: dict, table: bool) -> int:
     if not table:
         print(json.dumps(out, indent=1))
         return 0
-    print("| scenario | both tok/s | small alone | large alone | target alone | both / better single |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| scenario | both tok/s | small alone | large alone | target alone | oracle | layered "
+          "| both / better single | oracle / better single | layered / better single | both / oracle |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in out["scenarios"]:
         st = r["settings"]
         print(f"| {r['name']} | {st['both']:.1f} | {st['small']:.1f} | {st['large']:.1f} | {st['target']:.1f} "
-              f"| {r['both_over_better_single']:.3f} |")
-    print(f"\nmin {out['min_both_over_better_single']:.3f}")
+              f"| {st['oracle']:.1f} | {st['layered']:.1f} | {r['both_over_better_single']:.3f} "
+              f"| {r['oracle_over_better_single']:.3f} | {r['layered_over_better_single']:.3f} "
+              f"| {r['both_over_oracle']:.3f} |")
+    print(f"\nmin both / better single {out['min_both_over_better_single']:.3f}, "
+          f"min both / oracle {out['min_both_over_oracle']:.3f}")
     return 0
 
 

@@ -16,6 +16,7 @@ from localspec.errors import BadInput
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scripts" / "policy_scenarios.json"
+GPU_GRAPH = ROOT / "scripts" / "gpu_graph_scenarios.json"
 
 
 def test_costs_by_size_interpolate_and_extend():
@@ -167,6 +168,15 @@ def test_each_mechanism_earns_its_place(mechanism, scenario):
     with_it = sim._default_tps(s, 2, Params())
     without = sim._default_tps(s, 2, sim.params_with(sim.ABLATIONS[mechanism]))
     assert without < 0.995 * with_it, (with_it, without)
+
+
+def test_a_first_decode_that_builds_a_graph_is_priced_once_not_carried_as_the_cost():
+    """A GPU's first decode of each batch size costs 3 steps more: the default stays near the
+    best fixed K instead of reading every size 4x dearer (and moving K to unbuilt sizes)."""
+    s = next(x for x in sim.load(str(GPU_GRAPH)) if x.name == "gpu-27b-short-answer+graph-build")
+    ratio = sim.evaluate(s, 1)["default_over_best"]
+    without = sim.evaluate(s, 1, sim.params_with(sim.ABLATIONS["a batch size's first decode priced as a one-off"]))
+    assert ratio >= 0.95 and without["default_over_best"] < ratio - 0.1, (ratio, without)
 
 
 def test_the_script_prints_the_contracted_json(tmp_path):

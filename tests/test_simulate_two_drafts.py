@@ -63,3 +63,70 @@ def test_bad_two_draft_scenario_is_one_line(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate_policy.py"), "--scenarios", str(bad)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "every kind of stretch" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_oracle_uses_the_faster_draft_of_each_stretch(scenarios):
+    s = scenarios["mixed-256"]
+    assert sd.best_single(s, "easy")[0] == SMALL and sd.best_single(s, "hard")[0] == LARGE
+    oracle = sd.simulate(s, "oracle", 0)
+    assert oracle[3][SMALL] > 0 and oracle[3][LARGE] > 0 and oracle[0] == s.base.tokens
+    for single in (SMALL, LARGE):
+        r = sd.simulate(s, single, 0)
+        assert oracle[0] / oracle[1] > r[0] / r[1]
+
+
+def test_layered_round_counts_the_large_drafts_batches(scenarios):
+    """Drafts right everywhere: the large draft holds K after ceil(K / (block + 1)) batches,
+    the last block only as long as needed, and the target keeps all K."""
+    s = scenarios["mixed-256"]
+    sure = sd.TwoDrafts(s.base, tuple(sd.Draft(d.name, d.draft_ms, {"easy": (1.0,)}) for d in s.drafts),
+                        (("easy", 1),))
+    accepted, seconds, small_n, batches = sd._layered_round(sure, 7, 2, [0.5] * 16, 0, "easy")
+    assert (accepted, batches, small_n) == (7, 3, 5) and seconds > 0
+    nothing = sd.TwoDrafts(s.base, tuple(sd.Draft(d.name, d.draft_ms, {"easy": (0.0,)}) for d in s.drafts),
+                           (("easy", 1),))
+    assert sd._layered_round(nothing, 3, 2, [0.5] * 16, 0, "easy")[0] == 0
+
+
+def test_report_gives_the_reachable_next_to_the_pair(scenarios):
+    r = sd.evaluate(scenarios["short-hard"])
+    assert {"oracle", "layered"} <= set(r["settings"])
+    assert r["both_over_oracle"] == pytest.approx(r["settings"]["both"] / r["settings"]["oracle"], abs=2e-4)
+    assert r["per_stretch"]["hard"][LARGE] > r["per_stretch"]["hard"][SMALL]
+
+
+def test_the_pair_leaves_the_small_draft_soon_after_its_text_turns_hard(scenarios, monkeypatch):
+    """On mixed text the small draft, in use when an easy stretch turns hard, hands over
+    within a few rounds: in use (tries aside), it drafts under 11% of the hard stretches'
+    tokens (9% here; 14% when only its policy's ~50-round memory judged it)."""
+    s = scenarios["mixed-256"]
+    rounds: list[tuple[str, int]] = []
+
+    class Recorded(PairPolicy):
+        def observe(self, step):
+            rounds.append((step.source if not self.trying else "try", step.emitted))
+            return super().observe(step)
+
+    monkeypatch.setattr(sd, "PairPolicy", Recorded)
+    hard = small_in_hard = 0
+    for seed in range(5):
+        learned = sd.simulate(s, "both", 5 + seed)[2]
+        rounds.clear()
+        sd.simulate(s, "both", seed, None, learned)
+        at = 0
+        for source, emitted in rounds:
+            if s.kind(at) == "hard":
+                hard += emitted
+                small_in_hard += emitted if source == SMALL else 0
+            at += emitted
+    assert hard > 2000 and small_in_hard < 0.11 * hard, (small_in_hard, hard)
+
+
+def test_the_try_gap_carries_to_the_next_answer(scenarios):
+    """Failed tries of the idle draft widen the gap to the next; the next answer keeps it."""
+    learned = sd.simulate(scenarios["hard"], "both", 0)[2]
+    gap = learned["try_gap"]
+    assert gap > PairPolicy.build(1, 8, None, True).gap
+    assert PairPolicy.build(1, 8, None, True, learned).gap == gap
+    for bad in (10**6, str(gap), 1):
+        assert PairPolicy.build(1, 8, None, True, learned | {"try_gap": bad}).gap == 16

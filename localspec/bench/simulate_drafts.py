@@ -13,6 +13,16 @@ Every setting (the two drafts under the pair's policy, each draft alone under th
 policy, the target alone) runs on the same seeded acceptance draws (one draw per position,
 shared by both drafts: a token hard for the small draft is no easier for the large one), so
 their tokens per second differ only by their decisions.
+
+Two reference settings say what is reachable, knowing what the policies must measure:
+``oracle`` drafts each round with the draft faster on the text at hand, at that draft's best
+K for it (it knows the stretches and the acceptances; it pays the idle draft's catch-up
+like the pair); ``layered`` is the hierarchy small -> large -> target at each stretch's best
+K and small block: the small draft proposes, the large one checks its tokens in one batch
+and extends them (standard speculative decoding between the two drafts) until it holds K
+tokens, and the target verifies those. The large draft accepts a small token where both
+drafts are right on the position's draw (their agreement where both are wrong is not
+counted); a large draft's batch of n costs its decode times the target's batch-n / batch-1.
 """
 
 from __future__ import annotations
@@ -25,7 +35,8 @@ from ..engine.policy import LARGE, SMALL, AdaptivePolicy, FixedPolicy, PairPolic
 from ..errors import BadInput
 from .simulate import MIN_TOKENS, Scenario, scenario_items
 
-SETTINGS = ("both", SMALL, LARGE, "target")
+SETTINGS = ("both", SMALL, LARGE, "target", "oracle", "layered")
+REFERENCE = ("oracle", "layered")   # knowing the stretches: what is reachable, not a policy
 
 
 @dataclass(frozen=True)
@@ -90,13 +101,157 @@ def is_two_drafts(d: dict) -> bool:
     return isinstance(d, dict) and "drafts" in d
 
 
+def _expected(acc: tuple[float, ...], k: int) -> float:
+    """Expected tokens a round emits drafting ``k`` tokens at acceptances ``acc``."""
+    out = run = 1.0
+    for i in range(k):
+        run *= acc[min(i, len(acc) - 1)]
+        out += run
+    return out
+
+
+def best_single(s: TwoDrafts, kind: str, only: str | None = None) -> tuple[str, int, float]:
+    """(draft, K, tokens per second) of the fastest single draft (or draft ``only``) on
+    ``kind`` text, by expectation: K from 0 (the target alone) to 8, no catch-up, no noise."""
+    b = s.base
+    out = ("", 0, 1.0 / b.target(1, 0))
+    for d in s.drafts:
+        if only and d.name != only:
+            continue
+        acc = d.accept[kind]
+        for k in range(1, 9):
+            rate = _expected(acc, k) / (k * d.draft_ms / 1000.0 + b.target(k + 1, 0))
+            if rate > out[2]:
+                out = (d.name, k, rate)
+    return out
+
+
+class _Oracle:
+    """The faster single draft on the text at hand, at its best K (a reference, not a policy)."""
+
+    adaptive = False
+    drafting = True
+    probe = False
+
+    def __init__(self, s: TwoDrafts, where):
+        self.s, self.where = s, where
+        self.plan = {kind: best_single(s, kind) for kind, _ in s.stretches}
+        self.route = self.plan[s.stretches[0][0]][0]
+
+    def quiet_rounds(self) -> int:
+        return 0
+
+    def next_k(self) -> int:
+        self.route, k, _ = self.plan[self.s.kind(self.where())]
+        return k
+
+    def observe(self, step: Step) -> None:
+        return None
+
+    def passed(self, rounds: int, tokens: int) -> None:
+        return None
+
+    def learned(self) -> None:
+        return None
+
+
+def _layered_round(s: TwoDrafts, k: int, ks: int, u: list[float], at: int, kind: str,
+                   timed=lambda x, i=0: x) -> tuple[int, float, int, int]:
+    """One round of the hierarchy at position ``at``: the large draft builds ``k`` tokens from
+    the small one's blocks of ``ks``, the target verifies them.
+
+    Returns:
+        (tokens the target accepted, seconds, small tokens drafted, large verify batches).
+    """
+    b = s.base
+    small, large = s.drafts
+    a_s, a_l = small.accept[kind], large.accept[kind]
+    shape = b.target(ks + 1, 0) / b.target(1, 0)
+    held = small_n = batches = 0
+    seconds = 0.0
+    while held < k:
+        n = min(ks, k - held)
+        agreed = 0
+        while agreed < n and u[at + held + agreed] < min(a_s[min(agreed, len(a_s) - 1)],
+                                                          a_l[min(held + agreed, len(a_l) - 1)]):
+            agreed += 1
+        seconds += sum(timed(small.draft_ms / 1000.0, 1 + i) for i in range(n))
+        seconds += timed(large.draft_ms / 1000.0 * (b.target(n + 1, 0) / b.target(1, 0) if n < ks else shape), 1)
+        small_n += n
+        batches += 1
+        held += agreed + 1
+    accepted = 0
+    while accepted < k and u[at + accepted] < a_l[min(accepted, len(a_l) - 1)]:
+        accepted += 1
+    return accepted, seconds, small_n, batches
+
+
+_LAYERED: dict[tuple, tuple[int, int, float]] = {}   # best_layered's answers
+
+
+def best_layered(s: TwoDrafts, kind: str, trials: int = 400) -> tuple[int, int, float]:
+    """(K, small block, tokens per second) of the hierarchy's best setting on ``kind`` text,
+    by the mean of ``trials`` seeded rounds (no noise)."""
+    key = (s.base.target_ms, tuple((d.draft_ms, d.accept[kind]) for d in s.drafts), kind, trials)
+    if key not in _LAYERED:
+        _LAYERED[key] = _search_layered(s, kind, trials)
+    return _LAYERED[key]
+
+
+def _search_layered(s: TwoDrafts, kind: str, trials: int) -> tuple[int, int, float]:
+    draws = random.Random(f"layered:{kind}")
+    u = [draws.random() for _ in range(trials * 9)]
+    b = s.base
+    out = (0, 0, 1.0 / b.target(1, 0))
+    for k in range(1, 9):
+        for ks in range(1, 9):
+            tok = sec = 0.0
+            for t in range(trials):
+                a, seconds, _, _ = _layered_round(s, k, ks, u, t * 9, kind)
+                tok += a + 1
+                sec += seconds + b.target(k + 1, 0)
+            if tok / sec > out[2]:
+                out = (k, ks, tok / sec)
+    return out
+
+
+def _simulate_layered(s: TwoDrafts, seed: int) -> tuple[int, float, None, dict]:
+    """One answer of ``s`` under the hierarchy at each stretch's best K and small block."""
+    b = s.base
+    draws = random.Random(seed)
+    u = [draws.random() for _ in range(b.tokens + 40)]
+    shake = random.Random(f"{seed}:noise")
+    noise = [[max(0.05, 1.0 + b.noise * shake.gauss(0.0, 1.0)) for _ in range(9)] for _ in range(b.tokens + 1)]
+    plan = {kind: best_layered(s, kind) for kind, _ in s.stretches}
+    tokens, seconds, used = 0, 0.0, {SMALL: 0, LARGE: 0}
+
+    def timed(x: float, i: int = 0) -> float:
+        return x * noise[tokens][i] if b.noise else x
+
+    while tokens < b.tokens:
+        kind = s.kind(tokens)
+        k, ks, _ = plan[kind]
+        if not k:
+            seconds += timed(b.target(1, tokens))
+            tokens += 1
+            continue
+        a, draft_s, small_n, _ = _layered_round(s, k, ks, u, tokens, kind, timed)
+        seconds += draft_s + timed(b.target(k + 1, tokens))
+        used[SMALL] += small_n
+        used[LARGE] += k
+        tokens += min(a + 1, b.tokens - tokens)
+    return tokens, seconds, None, used
+
+
 def simulate(s: TwoDrafts, setting: str, seed: int, params: Params | None = None,
              learned: dict | None = None) -> tuple[int, float, dict | None, dict]:
-    """One answer of ``s`` under ``setting`` ("both", "small", "large" or "target").
+    """One answer of ``s`` under ``setting`` (one of :data:`SETTINGS`).
 
     Returns:
         (tokens, seconds, what the policy learned, tokens drafted per draft).
     """
+    if setting == "layered":
+        return _simulate_layered(s, seed)
     b, params = s.base, params or Params()
     draws = random.Random(seed)
     u = [draws.random() for _ in range(b.tokens + 40)]
@@ -106,6 +261,8 @@ def simulate(s: TwoDrafts, setting: str, seed: int, params: Params | None = None
     drafts = {x.name: x for x in s.drafts}
     if setting == "both":
         policy = PairPolicy.build(1, 8, None, True, learned, params, clock=lambda: now[0])
+    elif setting == "oracle":
+        policy = _Oracle(s, lambda: tokens)
     elif setting in drafts:
         policy = AdaptivePolicy(1, 8, params=params, learned=learned, clock=lambda: now[0])
     else:
@@ -127,7 +284,7 @@ def simulate(s: TwoDrafts, setting: str, seed: int, params: Params | None = None
             continue
         k = policy.next_k()
         probe = policy.probe
-        name = policy.route if setting == "both" else setting
+        name = policy.route if setting in ("both", "oracle") else setting
         a = drafted = steps = 0
         draft_s = sync_s = 0.0
         missing = 0
@@ -167,7 +324,7 @@ def evaluate(s: TwoDrafts, seeds: int = 1, params: Params | None = None, cold: b
         runs = []
         for seed in range(seeds):
             learned = None
-            if setting != "target" and not cold:
+            if setting not in ("target", *REFERENCE) and not cold:
                 learned = simulate(s, setting, seeds + seed, params)[2]
             r = simulate(s, setting, seed, params, learned)
             runs.append(r)
@@ -178,14 +335,26 @@ def evaluate(s: TwoDrafts, seeds: int = 1, params: Params | None = None, cold: b
     better = max((SMALL, LARGE), key=out.get)
     return {"name": s.name, "both_tps": round(out["both"], 3), "better_single": better,
             "both_over_better_single": round(out["both"] / out[better], 4),
-            "settings": {k: round(v, 3) for k, v in out.items()}, "both_drafted": drafted}
+            "oracle_over_better_single": round(out["oracle"] / out[better], 4),
+            "layered_over_better_single": round(out["layered"] / out[better], 4),
+            "both_over_oracle": round(out["both"] / out["oracle"], 4),
+            "settings": {k: round(v, 3) for k, v in out.items()}, "both_drafted": drafted,
+            "per_stretch": {kind: _per_stretch(s, kind) for kind in dict(s.stretches)}}
+
+
+def _per_stretch(s: TwoDrafts, kind: str) -> dict:
+    """Each draft's, and the hierarchy's, best expected tokens per second on ``kind`` text."""
+    rates = {d.name: round(best_single(s, kind, d.name)[2], 2) for d in s.drafts}
+    k, ks, rate = best_layered(s, kind)
+    return rates | {"layered": round(rate, 2), "layered_k": k, "layered_small_block": ks}
 
 
 def report(scenarios: list[TwoDrafts], seeds: int = 1, params: Params | None = None, cold: bool = False) -> dict:
     """The simulator's JSON for two-draft scenarios, with the minimum of both / better single."""
     results = [evaluate(s, seeds, params, cold) for s in scenarios]
     ratios = [r["both_over_better_single"] for r in results]
-    return {"scenarios": results, "min_both_over_better_single": min(ratios), "seeds": seeds, "cold": cold}
+    return {"scenarios": results, "min_both_over_better_single": min(ratios),
+            "min_both_over_oracle": min(r["both_over_oracle"] for r in results), "seeds": seeds, "cold": cold}
 
 
 def load(path: str) -> list[TwoDrafts] | None:

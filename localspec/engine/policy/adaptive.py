@@ -99,17 +99,9 @@ class AdaptivePolicy:
     def _on_ladder(self, k: int) -> int:
         return min(self.ladder, key=lambda x: (abs(x - k), x))
 
-    @property
-    def drafting(self) -> bool:
-        return self.state in (State.MEASURING, State.DRAFTING)
-
-    @property
-    def probe(self) -> bool:
-        return self.state is State.PROBING
-
-    @property
-    def k_now(self) -> int:   # the draft length in force (0 while paused)
-        return self.k if self.drafting else 0
+    drafting = property(lambda self: self.state in (State.MEASURING, State.DRAFTING))
+    probe = property(lambda self: self.state is State.PROBING)
+    k_now = property(lambda self: self.k if self.drafting else 0)   # the draft length in force (0 while paused)
 
     def next_k(self) -> int:
         if self.t_last is None:
@@ -133,7 +125,7 @@ class AdaptivePolicy:
         p_min = self.p_min
         return (lambda i, top: top >= p_min) if p_min > 0 else None
 
-    def plain_step_seconds(self) -> float | None:
+    def plain_step_seconds(self) -> float | None:   # (None: unknown)
         return self.costs.plain()
 
     # Seconds every drafting round costs beyond its decodes (a chain's catch-up), set by the chain.
@@ -272,7 +264,10 @@ class AdaptivePolicy:
             # K moves where costs read in its favour by their errors would be clearly faster:
             # a batch size measured little (maybe in a spike) gets tried again.
             k_try, s_try = predict.best(self.curve(z=p.explore_z), self.k)
-            if k_try != self.k and s_try > (self.speedup(self.k, z=p.explore_z) or 0.0) * (1 + p.move_margin):
+            # ... and, to a size not decoded yet, where that first decode is repaid (see predict.repays)
+            extra = 0.0 if self.costs.decoded(k_try + 1) else self.costs.first_extra()
+            if (k_try != self.k and s_try > (self.speedup(self.k, z=p.explore_z) or 0.0) * (1 + p.move_margin)
+                    and predict.repays(self.curve(z=p.explore_z), self.k, k_try, self.tokens, extra, p.build_horizon)):
                 self.k = k_try
             self.predicted_speedup = self.speedup(self.k) or 0.0
             self._schedule_refresh(s_best)
@@ -307,13 +302,14 @@ class AdaptivePolicy:
         while the plain step's own error could turn the decision (every speed-up is read
         against it), until it has a window of samples."""
         plain = self.costs.verify.get(1)
-        if (plain is not None and plain.n < self.p.window
+        first = 0.0 if self.costs.decoded(1) else self.costs.first_extra()
+        if (plain is not None and plain.n < self.p.window and not first
                 and self.p.refresh_z * self.costs.error(plain) > abs(s_best - 1.0)):
             self.refresh_every = 1     # a plain step before the next drafting round
             return
         c = self.curve()
         tokens, seconds = c[self.k]
-        lost = max(c[0][1] - seconds / tokens, 0.0)
+        lost = max(c[0][1] - seconds / tokens, 0.0) + first
         every = lost / (self.p.refresh_share * seconds) if seconds > 0 else self.p.refresh_min
         self.refresh_every = int(min(max(every, self.p.refresh_min), self.p.refresh_max))
 
@@ -363,7 +359,7 @@ class AdaptivePolicy:
         return self._reason
 
     def _explain(self, why: str | None) -> str:
-        c1, cd = self.costs.plain(), self.costs.first.value
+        c1, cd = self.costs.plain(), self.costs.draft_first()
         mean, lo, hi = self.acc.bounds()
         head = (f"draft step costs {cd / c1:.2f} of a target step, acceptance {mean:.2f} ({lo:.2f}-{hi:.2f}); "
                 f"K={self.k} predicted {self.predicted_speedup:.2f}x") if c1 and cd else ""
@@ -386,7 +382,7 @@ class AdaptivePolicy:
 
     def estimates(self) -> dict:
         c, (mean, lo, up) = self.costs, self.acc.bounds()
-        c1, cd = c.plain(), c.first.value
+        c1, cd = c.plain(), c.draft_first()
         exp, hi, cost_only = self.bounds() if c.known else (None, None, None)
         return {"adaptive": True, "k": self.k_now, "state": self.state.value, "drafting": self.drafting,
             "reason": self.reason, "seeded": self.seeded, "predicted_speedup": self.predicted_speedup,
@@ -394,6 +390,7 @@ class AdaptivePolicy:
             "draft_step_seconds": cd, "draft_next_step_seconds": c.next.value if c.multi else None,
             "target_step_seconds": c1, "target_step_samples": c.verify[1].n if 1 in c.verify else 0,
             "draft_cost_ratio": (cd / c1) if (c1 and cd) else None, "catchup_seconds_per_token": c.catchup,
+            "first_decode_extra_seconds": c.first_extra(),
             "verify_seconds_by_batch": {str(b): v for b, v in c.to_dict()["verify"].items()},
             "round_seconds_beyond_decodes": {"drafting": c.overhead[True].value, "plain": c.overhead[False].value},
             "acceptance": mean, "acceptance_interval": [lo, up], "pauses": self.pauses, "probes": self.probes,

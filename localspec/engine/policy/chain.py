@@ -149,7 +149,7 @@ class ChainPolicy:
     def _learn_catchup(self, step: Step) -> None:
         """A model round's first decode beyond one decode's cost (its catch-up on the lookups'
         tokens) and its wait for a catch-up alongside, averaged over recent model rounds."""
-        one = self.model.costs.first.value   # the drafter's first decode, little to catch up
+        one = self.model.costs.draft_first()   # the drafter's first decode, little to catch up
         if one is None:
             return
         decode = step.sync_seconds - step.wait_seconds

@@ -126,6 +126,9 @@ class CostModel:
         self.overhead = {True: Samples(params.window), False: Samples(params.window)}   # drafting, plain
         self.round_extra = 0.0                     # every drafting round's extra (a chain's catch-up)
         self.noise_prior: float | None = None
+        # A size's first decode in a generation over its second, the target's and the drafter's
+        # (carried from answer to answer: a drafter gives one a generation).
+        self.build: tuple[deque[float], deque[float]] = (deque(maxlen=params.window), deque(maxlen=params.window))
         self._tables: dict[float, list[float]] = {}
         self._noise: float | None = None
 
@@ -134,6 +137,8 @@ class CostModel:
         s = self.verify.get(batch)
         if s is None:
             s = self.verify[batch] = Samples(self.p.window)
+        elif s.n == 1:
+            self.build[0].append(s.xs[0] - seconds / self.level)
         elif s.n >= 2:   # (a size's first sample may be a graph being built: it moves nothing)
             ratio = seconds / (s.value * self.level)
             self.level *= min(max(ratio, 0.5), 2.0) ** self.p.level_rate
@@ -146,7 +151,10 @@ class CostModel:
             self.multi = True
             self.next.add((seconds - first_seconds) / (steps - 1))
         if first_tokens <= self.p.short_sync:
-            self.first.add(first_seconds if first_seconds > 0 else seconds / steps)
+            x = first_seconds if first_seconds > 0 else seconds / steps
+            if self.first.n == 1:
+                self.build[1].append(self.first.xs[0] - x)
+            self.first.add(x)
         elif self.first.value is not None:
             per = max(first_seconds - self.first.value, 0.0) / (first_tokens - 1)
             self.catchup = per if self.catchup is None else self.catchup + 0.2 * (per - self.catchup)
@@ -157,6 +165,34 @@ class CostModel:
         self.overhead[drafting].add(seconds)
         self._tables = {}
 
+    def first_extra(self) -> float:
+        """What a batch size's first decode in a generation costs beyond its later ones
+        (a GPU building its graph), as measured; 0 until measured."""
+        ref = min((s.value for s in self.verify.values() if s.value is not None), default=0.0)
+        return self._extra(self.build[0], ref) * self.level
+
+    def _extra(self, build: deque[float], ref: float) -> float:
+        """A low third of the first-decode extras measured, two or more (one difference of two
+        samples may be a spike), where it is ``build_min`` of ``ref`` (the cheapest decode) or
+        more; else 0."""
+        if len(build) < 2:
+            return 0.0
+        v = sorted(build)[len(build) // 3]
+        return v if v > 0 and v >= self.p.build_min * ref else 0.0
+
+    def decoded(self, batch: int) -> bool:
+        """Whether this generation decoded a batch of ``batch`` tokens (its first decode is paid)."""
+        s = self.verify.get(batch)
+        return s is not None and s.n > 0
+
+    def _value(self, s: Samples, draft: bool = False) -> float | None:
+        """A cost: a lone first sample of this generation less the measured first-decode extra."""
+        v = s.value
+        if s.n != 1 or v is None:
+            return v
+        extra = self._extra(self.build[1], min(s.xs)) if draft else self.first_extra() / self.level
+        return max(v - extra, 0.25 * v) if extra else v
+
     @property
     def known(self) -> bool:
         """Whether a plain step and a draft decode are known: predictions can be made."""
@@ -164,7 +200,7 @@ class CostModel:
 
     def plain(self) -> float | None:
         s = self.verify.get(1)
-        v = None if s is None else s.value
+        v = None if s is None else self._value(s)
         return None if v is None else v * self._moved(s)
 
     def _moved(self, s: Samples) -> float:
@@ -172,7 +208,7 @@ class CostModel:
         since, how far the sizes measured again have moved from theirs (their median)."""
         if s.n or not s.prior:
             return self.level
-        moved = sorted(v.value / v.prior for v in self.verify.values() if v.n and v.prior)
+        moved = sorted(self._value(v) / v.prior for v in self.verify.values() if v.n and v.prior)
         m = len(moved)
         return self.level * (math.sqrt(moved[(m - 1) // 2] * moved[m // 2]) if m else 1.0)
 
@@ -198,7 +234,7 @@ class CostModel:
         errors dearer (both favour drafting)."""
         out = self._tables.get(z)
         if out is None:
-            pts = sorted((b, s.value * self._moved(s) * (self._end(s, z, b > 1) if z else 1.0),
+            pts = sorted((b, self._value(s) * self._moved(s) * (self._end(s, z, b > 1) if z else 1.0),
                           max(s.n_kept, 1)) for b, s in self.verify.items() if s.value is not None)
             fit = monotone(pts) if self.p.monotone else [(b, t) for b, t, _ in pts]
             if fit and fit[0][0] == 1:   # one decode of b tokens costs no more than b plain steps
@@ -214,11 +250,15 @@ class CostModel:
     def draft_seconds(self, z: float = 0.0) -> tuple[float, float]:
         """(first decode, each further one) of a round's draft, ``z`` errors cheaper; further
         ones cost nothing for a one-step drafter (a lookup)."""
-        first = self.first.value or 0.0
+        first = self.draft_first() or 0.0
         nxt = (self.next.value if self.next.value is not None else first) if self.multi else 0.0
         if z:
             first, nxt = first * self._end(self.first, z), nxt * self._end(self.next, z)
         return first, nxt
+
+    def draft_first(self) -> float | None:
+        """The drafter's first decode of a round (its first-decode extra taken out)."""
+        return self._value(self.first, draft=True)
 
     def loop(self, drafting: bool) -> float:
         """A round's seconds beyond its decodes; a drafting round's includes the chain's extra."""
@@ -228,9 +268,10 @@ class CostModel:
         return self.round_extra + (draft if draft is not None else (plain or 0.0))
 
     def to_dict(self) -> dict:
-        return {"verify": {str(b): s.value * self._moved(s) for b, s in sorted(self.verify.items())
+        return {"verify": {str(b): self._value(s) * self._moved(s) for b, s in sorted(self.verify.items())
                            if s.value is not None},
-                "draft_first": self.first.value, "draft_next": self.next.value, "multi": self.multi,
+                "first_extra": [list(self.build[0]), list(self.build[1])],
+                "draft_first": self.draft_first(), "draft_next": self.next.value, "multi": self.multi,
                 "catchup": self.catchup, "noise": self.noise() if self.verify else None,
                 "loop": [self.overhead[True].value, self.overhead[False].value]}
 
@@ -243,6 +284,8 @@ class CostModel:
         self.verify = {b: Samples(self.p.window, v) for b, v in verify.items()}
         self.first.prior, self.next.prior, self.catchup = first, nxt, catchup
         self.multi = bool(d.get("multi"))
+        for own, xs in zip(self.build, d.get("first_extra") or ()):
+            own.extend(float(x) for x in xs)
         noise = d.get("noise")
         if isinstance(noise, (int, float)) and 0.0 <= noise < 0.5:
             self.noise_prior, self._noise = float(noise), None

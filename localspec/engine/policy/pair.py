@@ -4,17 +4,23 @@ A small draft wins on easy stretches of an answer and loses where its acceptance
 larger draft costs more a token and holds up there. Each has its own
 :class:`AdaptivePolicy` (its K, its costs, its acceptance, its pauses), and the pair routes
 every round to the draft whose expected tokens per second are higher. The draft in use is
-measured every round; the idle one's acceptance is only what it was when it last drafted,
-so the pair tries it again, for ``route_try`` rounds, when its evidence, thinned by the
-rounds since (``route_rounds`` a half-life) and read optimistically, could make it the
-faster one, its catch-up on the tokens it missed priced in. A try that fails doubles the
-gap to the next (up to ``route_max`` rounds): where one draft is clearly better, the other
-is rarely tried. A shift in the acceptance of the draft in use (the text changed) makes
-the idle one due for a try at once. The draft in use when an answer ends starts the next.
+measured every round, and its last few rounds, read on their own, move its expected rate
+at once when a stretch changes (its policy's memory lags by tens of rounds). The idle one's
+acceptance is only what it was when it last drafted, so the pair tries it again, for
+``route_try`` rounds, when its evidence, thinned by the rounds since (``route_rounds`` a
+half-life) and read optimistically, could make it the faster one, its catch-up on the
+tokens it missed priced in. A try that fails doubles the gap to the next (up to
+``route_max`` rounds, carried into the next answer): where one draft is clearly better, the
+other is rarely tried. A change in the text seen in the draft in use (a shift in its
+acceptance, or its last rounds easier under the large draft or harder under the small one)
+makes the idle one due for a try at once; the small draft in use, doing at least as well as
+the large one's evidence, is not left for blind tries (its own rounds show when its text
+turns hard). The draft in use when an answer ends starts the next.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import replace
 
 from ..events import Step
@@ -24,6 +30,7 @@ from .params import DEFAULT, Params
 
 SMALL, LARGE = "small", "large"     # the drafts' names, as Step.source carries them
 USE = "in_use"                       # learned: the draft in use when the answer ended
+GAP = "try_gap"                      # learned: rounds between tries of the idle draft when it ended
 _CATCHUP_MAX = 64                    # tokens a draft re-reads at most on coming back (ModelDrafter's)
 _LABEL = {SMALL: "small draft", LARGE: "large draft"}
 
@@ -47,9 +54,14 @@ class PairPolicy:
 
     adaptive = True
     may_draft = True
+    #: The draft in use's last rounds (``route_recent``), read on their own besides its
+    #: policy's ~50-round memory (which lags a stretch change), once there are
+    #: ``route_recent_min``, bound its acceptance (``z`` errors), and its expected rate is moved
+    #: into those bounds; bounds beyond its long-run mean in the direction that favours the
+    #: idle draft (easier text under the large one, harder under the small one) make a try due.
 
     def __init__(self, small: AdaptivePolicy, large: AdaptivePolicy, params: Params = DEFAULT,
-                 use: str | None = None):
+                 use: str | None = None, gap: int | None = None):
         self.policies = {SMALL: small, LARGE: large}
         self.p = params
         self.use = SMALL               # the draft routed to, round after round
@@ -60,6 +72,8 @@ class PairPolicy:
         self.ks = {SMALL: 0, LARGE: 0}
         self.idle = 0                  # rounds since the idle draft last drafted
         self.gap = params.route_rounds
+        if isinstance(gap, int) and params.route_rounds <= gap <= params.route_max:
+            self.gap = gap             # failed tries of the last answer still count
         self.switches = self.tries = 0
         self._asked = {SMALL: True, LARGE: True}
         self._probe = {SMALL: False, LARGE: False}
@@ -67,6 +81,9 @@ class PairPolicy:
         self.idle_tokens = 0             # tokens since the idle draft last drafted
         self._catchup: dict[str, float] = {}   # seconds per token a draft's catch-up costs
         self._note: str | None = None
+        self._due = False                # the text changed: a try of the idle draft is due
+        self._try_rounds: list[tuple[int, int]] = []   # the try under way's (accepted, failed) rounds
+        self._recent: deque[tuple[int, int]] = deque(maxlen=params.route_recent)   # the draft in use's
         if (use in self.policies and self.policies[use].drafting) or (not small.drafting and large.drafting):
             self.use = self.route = use if use in self.policies else LARGE
 
@@ -80,7 +97,8 @@ class PairPolicy:
         ratios = size_ratios or (None, None)
         return cls(*(AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(name),
                                     params=params, size_ratio=ratio, **kw)
-                     for name, ratio in zip((SMALL, LARGE), ratios)), params=params, use=learned.get(USE))
+                     for name, ratio in zip((SMALL, LARGE), ratios)), params=params, use=learned.get(USE),
+                   gap=learned.get(GAP))
 
     @property
     def small(self) -> AdaptivePolicy:
@@ -145,12 +163,13 @@ class PairPolicy:
 
     def _choose(self, use: str, idle: str) -> str:
         """The draft in use, unless the idle one is expected clearly faster (switch), or a
-        try is due (``gap`` rounds since it drafted) and its thinned evidence, read
+        try is due (``gap`` rounds since it drafted, and for the large draft idle, a change of
+        text seen or its evidence saying it is faster) and its thinned evidence, read
         optimistically, could make it so (or it was never measured): then ``route_try``
         rounds of it, judged after the last."""
         p = self.p
-        mine, other = self.policies[use], self.policies[idle]
-        r_use = best_rate(mine)
+        other = self.policies[idle]
+        r_use = self._rate_in_use()
         if r_use is None:
             return use                            # still measuring the draft in use
         r_idle = self._rate_after_catchup(idle)
@@ -159,15 +178,42 @@ class PairPolicy:
             return idle
         if self.idle < self.gap:
             return use
+        if use == SMALL and not self._due and r_idle is not None and r_idle <= r_use:
+            return use      # no blind tries: the small draft's own rounds show when its text turns hard
         if other.costs.known:
             optimistic = self._rate_after_catchup(idle, self._idle_upper(other))
             if optimistic is None or optimistic <= r_use * (1.0 + p.route_margin):
                 return use
         self.trying = True
+        self._due = False
         self.try_left = p.route_try
+        self._try_rounds = []
         self.tries += 1
         other.acc.thin(p.route_prior)              # its stale evidence yields to the try
         return idle
+
+    def _recent_bounds(self) -> tuple[float, float, float] | None:
+        """(mean, lower, upper) of the draft in use's acceptance over its last rounds (up to
+        ``route_recent``); None until it drafted ``route_recent_min`` since it came into use."""
+        if len(self._recent) < self.p.route_recent_min:
+            return None
+        succ = sum(a for a, _ in self._recent)
+        fail = sum(f for _, f in self._recent)
+        return beta_bounds(succ + 1.0, fail + 1.0, self.p.z)
+
+    def _rate_in_use(self) -> float | None:
+        """The draft in use's expected tokens per second: its policy's, moved into the bounds
+        its last rounds set (its policy's memory lags a stretch change)."""
+        pol = self.policies[self.use]
+        rate = best_rate(pol)
+        recent = self._recent_bounds()
+        if rate is None or recent is None:
+            return rate
+        if recent[2] < pol.acc.mean:
+            return min(rate, best_rate(pol, recent[2]) or rate)
+        if recent[1] > pol.acc.mean:
+            return max(rate, best_rate(pol, recent[1]) or rate)
+        return rate
 
     def _idle_upper(self, pol: AdaptivePolicy) -> float:
         """The idle draft's acceptance at its upper bound, its evidence halved every
@@ -192,6 +238,7 @@ class PairPolicy:
 
     def _switch(self, why: str) -> None:
         self.use = self.idle_name
+        self._recent.clear()
         self.idle = self.idle_tokens = 0
         self.gap = self.p.route_rounds
         self.switches += 1
@@ -234,19 +281,33 @@ class PairPolicy:
         if step.source == idle:
             self.idle = self.idle_tokens = 0
             self.try_left = max(self.try_left - 1, 0)
+            if self.trying and step.drafted:
+                self._try_rounds.append((step.accepted, int(step.accepted < step.drafted)))
             if self.trying and not self.try_left:
-                r_use, r_idle = best_rate(self.policies[use]), best_rate(self.policies[idle])
+                r_use, r_idle = self._rate_in_use(), best_rate(self.policies[idle])
                 if r_idle is not None and (r_use is None or r_idle > r_use * (1.0 + self.p.route_margin)):
                     self._switch(f"a try of the {_LABEL[idle]} says it is faster")
+                    self._recent.extend(self._try_rounds)    # the try's rounds are its first in use
                 else:
                     self.gap = min(self.gap * 2, self.p.route_max)
             elif step.k and not self.probe and not self.trying:
                 self._switch(f"the {_LABEL[use]} paused")
         else:
             self.idle += 1
+            if step.source == use and step.drafted and not step.probe:
+                self._recent.append((step.accepted, int(step.accepted < step.drafted)))
+                recent = self._recent_bounds()
+                mean = self.policies[use].acc.mean
+                # The text got easier under the large draft, or harder under the small one.
+                if recent is not None and (recent[1] > mean if use == LARGE else recent[2] < mean):
+                    self._recent.clear()
+                    self._due = True
+                    self.gap = self.p.route_rounds
+                    self.idle = max(self.idle, self.gap)
         shifts = self.policies[self.use].acc.shifts
         if shifts != self._shifts:
             self._shifts = shifts
+            self._due = True
             self.gap = self.p.route_rounds
             self.idle = max(self.idle, self.gap)
         note, self._note = self._note, None
@@ -274,7 +335,7 @@ class PairPolicy:
 
     def learned(self) -> dict | None:
         out = {name: pol.learned() for name, pol in self.policies.items()}
-        return out | {USE: self.use} if any(out.values()) else None
+        return out | {USE: self.use, GAP: self.gap} if any(out.values()) else None
 
     def estimates(self) -> dict:
         small, large = self.small.estimates(), self.large.estimates()

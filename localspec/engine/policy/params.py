@@ -46,9 +46,14 @@ class Params:
     route_max: int = 128            # ... failed tries in a row double that gap up to this [rounds]
     route_try: int = 3              # rounds a try of the idle one of two drafts lasts [rounds]
     route_prior: float = 4.0        # acceptance evidence the idle draft keeps when tried again [tokens]
+    route_recent: int = 6           # the draft in use's last rounds read on their own at a stretch change [rounds]
+    route_recent_min: int = 3       # ... once there are this many [rounds]
     measure_loop: bool = True       # price a round's time beyond its decodes (the loop's Python)
     monotone: bool = True           # fit verify costs that never fall with the batch size
     seeded_pause: bool = True       # start paused when what an earlier answer learned says drafting loses
+    build_min: float = 0.5          # a batch size's first decode in a generation costing this share of the
+                                    # cheapest decode more is priced as a one-off (a GPU graph) [fraction]
+    build_horizon: int = 128       # tokens a new batch size's first-decode extra must be repaid in [tokens]
     short_sync: int = 4             # a draft's first decode of at most this many tokens costs about one [tokens]
     ladder: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)   # draft lengths chosen among [tokens]
 

@@ -54,3 +54,13 @@ def best(c: dict[int, tuple[float, float]], default: int) -> tuple[int, float]:
         return default, 0.0
     k = max(s, key=lambda x: (s[x], -x))
     return k, s[k]
+
+
+def repays(c: dict[int, tuple[float, float]], k: int, k_new: int, tokens: int, extra: float, horizon: int) -> bool:
+    """Whether moving from ``k`` to ``k_new`` repays a one-off ``extra`` seconds (a batch
+    size's first decode) over the tokens still to come: as many as ``tokens`` so far (an
+    answer this long is likely to go on as long again), ``horizon`` at most."""
+    if extra <= 0:
+        return True
+    (t0, s0), (t1, s1) = c[k], c[k_new]
+    return min(tokens, horizon) * (s0 / t0 - s1 / t1) > extra
