@@ -149,9 +149,9 @@ def test_full_queue_is_still_429(slow_pair):
                 done.append(exc)
 
         threads = [threading.Thread(target=ask) for _ in range(3)]
-        for t in threads[:2]:
+        for busy, t in enumerate(threads[:2], 1):     # one at a time: the queue holds only one
             t.start()
-        _wait(lambda: server.snapshot().slots_busy == 2, 120)
+            _wait(lambda busy=busy: server.snapshot().slots_busy == busy, 120)
         threads[2].start()
         _wait(lambda: server.snapshot().queue_depth == 1, 120)
         status, headers, body = request(server, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
