@@ -46,6 +46,29 @@ def test_a_batch_measured_in_a_spike_costs_no_more_than_its_plain_steps():
     assert c.table()[2] <= 2 * 0.002 + 1e-12
 
 
+def test_a_first_decode_extra_needs_two_measurements_and_is_carried():
+    """A GPU's first decode of each size costs more: measured as the first over the second,
+    it is taken out of a size's lone first sample once two or more agree; one such
+    difference was a spike on a CPU (10 ms over a 4 ms step) and froze K at 1-2."""
+    c = CostModel(DEFAULT, 8)
+    c.add_verify(1, 0.014)
+    c.add_verify(1, 0.004)             # one extra of 10 ms: maybe a spike
+    c.add_verify(9, 0.031)
+    assert c.first_extra() == 0.0 and c.to_dict()["verify"]["9"] == pytest.approx(0.031)
+    c.add_verify(9, 0.011)             # a second one: a graph build
+    c.add_verify(5, 0.017)             # ... so a lone first sample of 5 reads 17 - 10 ms
+    assert c.first_extra() == pytest.approx(0.010) and c.to_dict()["verify"]["5"] == pytest.approx(0.007)
+    seeded = CostModel(DEFAULT, 8)
+    seeded.seed(json.loads(json.dumps(c.to_dict())))
+    seeded.add_verify(3, 0.016)
+    assert seeded.first_extra() == pytest.approx(0.010) and seeded.to_dict()["verify"]["3"] == pytest.approx(0.006)
+    small = CostModel(DEFAULT, 8)      # an extra under half the cheapest decode is noise
+    for b, first, second in ((1, 0.0050, 0.004), (2, 0.0055, 0.0045)):
+        small.add_verify(b, first)
+        small.add_verify(b, second)
+    assert small.first_extra() == 0.0
+
+
 def test_acceptance_decays_as_one_factor_exactly():
     a = AcceptanceModel(DEFAULT, 8)
     eager = [[0.0] * 9 for _ in range(4)]
