@@ -184,6 +184,7 @@ def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     ("loop time priced", "cpu-tiny-target-python-bound"),
     ("probes weigh more while paused", "acceptance-recovers-halfway"),
     ("failed probes back off", "cpu-lookup-finds-nothing+noise10"),
+    ("start paused from what was learned", "cpu-lookup-finds-nothing"),
 ])
 def test_each_mechanism_earns_its_place(mechanism, scenario):
     """Switched off, each mechanism costs its scenario at least 0.5% (the failure it fixes)."""
