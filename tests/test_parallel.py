@@ -12,7 +12,8 @@ from conftest import GREEDY
 
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig, Token
 from localspec.engine.batch import SlotsFull
-from localspec.engine.policy.batch import BatchGuard, GuardParams
+from localspec.engine.policy import Params
+from localspec.engine.policy.batch import BatchGuard
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
            "List three colors:"]
@@ -158,7 +159,7 @@ def _round(guard: BatchGuard, clock: Clock, n_busy: int, seconds_plain: float, s
 
 def test_the_guard_stops_drafting_that_loses_for_the_batch_and_tries_again():
     clock = Clock()
-    p = GuardParams(off_rounds=20)
+    p = Params(guard_off_rounds=20)
     guard = BatchGuard(p, clock=clock)
     # 4 slots: plain 4 tokens in 10 ms (400 tok/s); drafting 6 tokens in 20 ms (300 tok/s)
     drafted = [_round(guard, clock, 4, 0.010, 0.020, 6) for _ in range(25)]

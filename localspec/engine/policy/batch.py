@@ -12,18 +12,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class GuardParams:
-    decay: float = 0.85         # per sample: the rates follow the load (a slot joins or leaves)
-    min_draft: int = 6          # drafting rounds measured before a verdict
-    min_plain: int = 2          # plain rounds measured before a verdict
-    measure_every: int = 24     # while drafting: one plain round among this many, to measure it
-    margin: float = 0.03        # drafting must lose by more than this share to be stopped
-    off_rounds: int = 32        # the first gap with drafting stopped, in rounds
-    off_max: int = 512          # the longest gap
+from .params import DEFAULT, Params
 
 
 class _Rate:
@@ -57,13 +47,13 @@ class BatchGuard:
         params: the tunables; clock: seconds (tests inject their own).
     """
 
-    def __init__(self, params: GuardParams = GuardParams(), clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, params: Params = DEFAULT, clock: Callable[[], float] = time.perf_counter):
         self.p = params
         self.clock = clock
         self._draft: dict[int, _Rate] = {}
         self._plain: dict[int, _Rate] = {}
         self._off_until = 0          # rounds: drafting stopped until this round
-        self._gap = params.off_rounds
+        self._gap = params.guard_off_rounds
         self._since_plain = 0        # drafting rounds since the last plain one
         self._measure = False        # this round is a plain one to measure
         self._t0: float | None = None
@@ -84,8 +74,8 @@ class BatchGuard:
         if self.stopped:
             return False
         plain = self._plain.get(n_busy)
-        if (plain is None or plain.n < self.p.min_plain) and self._since_plain >= 1 or \
-                self._since_plain >= self.p.measure_every:
+        if (plain is None or plain.n < self.p.guard_min_plain) and self._since_plain >= 1 or \
+                self._since_plain >= self.p.guard_measure_every:
             self._measure = True
             return False
         return True
@@ -98,7 +88,7 @@ class BatchGuard:
         self.round += 1
         if n_busy < 2 or seconds <= 0:
             return None
-        d = self.p.decay
+        d = self.p.guard_decay
         if drafted:
             self._since_plain += 1
             self._draft.setdefault(n_busy, _Rate()).add(tokens, seconds, d)
@@ -115,16 +105,16 @@ class BatchGuard:
 
     def _judge(self, n_busy: int) -> str | None:
         draft, plain = self._draft.get(n_busy), self._plain.get(n_busy)
-        if draft is None or plain is None or draft.n < self.p.min_draft or plain.n < self.p.min_plain:
+        if draft is None or plain is None or draft.n < self.p.guard_min_draft or plain.n < self.p.guard_min_plain:
             return None
-        if draft.value >= plain.value * (1 - self.p.margin):
-            self._gap = self.p.off_rounds
+        if draft.value >= plain.value * (1 - self.p.guard_margin):
+            self._gap = self.p.guard_off_rounds
             return None
         self._off_until = self.round + self._gap
         self.stops += 1
         self.reason = (f"drafting stopped for the batch of {n_busy}: {draft.value:.1f} tok/s drafting vs "
                        f"{plain.value:.1f} plain (next try in {self._gap} rounds)")
-        self._gap = min(self._gap * 2, self.p.off_max)
+        self._gap = min(self._gap * 2, self.p.guard_off_max)
         return self.reason
 
     def rates(self) -> dict:

@@ -54,6 +54,13 @@ class Params:
     build_min: float = 0.5          # a batch size's first decode in a generation costing this share of the
                                     # cheapest decode more is priced as a one-off (a GPU graph) [fraction]
     build_horizon: int = 128       # tokens a new batch size's first-decode extra must be repaid in [tokens]
+    guard_decay: float = 0.85       # slots: the batch's rates keep this per sample (they follow the load) [factor]
+    guard_min_draft: int = 6        # ... drafting rounds measured before a verdict [rounds]
+    guard_min_plain: int = 2        # ... plain rounds measured before a verdict [rounds]
+    guard_measure_every: int = 24   # ... while drafting, one plain round among this many [rounds]
+    guard_margin: float = 0.03      # ... drafting must lose by more than this to be stopped [fraction]
+    guard_off_rounds: int = 32      # ... the first gap with drafting stopped [rounds]
+    guard_off_max: int = 512        # ... the longest gap [rounds]
     short_sync: int = 4             # a draft's first decode of at most this many tokens costs about one [tokens]
     ladder: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)   # draft lengths chosen among [tokens]
 
