@@ -126,9 +126,10 @@ class CostModel:
         self.overhead = {True: Samples(params.window), False: Samples(params.window)}   # drafting, plain
         self.round_extra = 0.0                     # every drafting round's extra (a chain's catch-up)
         self.noise_prior: float | None = None
-        # A size's first decode in a generation over its second, the target's and the drafter's
-        # (carried from answer to answer: a drafter gives one a generation).
-        self.build: tuple[deque[float], deque[float]] = (deque(maxlen=params.window), deque(maxlen=params.window))
+        # A size's first decode in a generation over its second (seconds, and as a share of the
+        # second), the target's and the drafter's (carried from answer to answer: a drafter gives
+        # one a generation).
+        self.build: tuple[deque, deque] = (deque(maxlen=params.window), deque(maxlen=params.window))
         self._tables: dict[float, list[float]] = {}
         self._noise: float | None = None
 
@@ -138,7 +139,8 @@ class CostModel:
         if s is None:
             s = self.verify[batch] = Samples(self.p.window)
         elif s.n == 1:
-            self.build[0].append(s.xs[0] - seconds / self.level)
+            x = seconds / self.level
+            self.build[0].append((s.xs[0] - x, (s.xs[0] - x) / x if x > 0 else 0.0))
         elif s.n >= 2:   # (a size's first sample may be a graph being built: it moves nothing)
             ratio = seconds / (s.value * self.level)
             self.level *= min(max(ratio, 0.5), 2.0) ** self.p.level_rate
@@ -153,7 +155,7 @@ class CostModel:
         if first_tokens <= self.p.short_sync:
             x = first_seconds if first_seconds > 0 else seconds / steps
             if self.first.n == 1:
-                self.build[1].append(self.first.xs[0] - x)
+                self.build[1].append((self.first.xs[0] - x, (self.first.xs[0] - x) / x if x > 0 else 0.0))
             self.first.add(x)
         elif self.first.value is not None:
             per = max(first_seconds - self.first.value, 0.0) / (first_tokens - 1)
@@ -168,17 +170,18 @@ class CostModel:
     def first_extra(self) -> float:
         """What a batch size's first decode in a generation costs beyond its later ones
         (a GPU building its graph), as measured; 0 until measured."""
-        ref = min((s.value for s in self.verify.values() if s.value is not None), default=0.0)
-        return self._extra(self.build[0], ref) * self.level
+        return self._extra(self.build[0]) * self.level
 
-    def _extra(self, build: deque[float], ref: float) -> float:
-        """A low third of the first-decode extras measured, two or more (one difference of two
-        samples may be a spike), where it is ``build_min`` of ``ref`` (the cheapest decode) or
-        more; else 0."""
+    def _extra(self, build: deque) -> float:
+        """The low third of the first-decode extras measured, two or more (one difference of
+        two samples may be a spike), where the low third of them as shares of the decode they
+        were measured on is ``build_min`` or more (a CPU's noise on a long decode is not); else 0."""
         if len(build) < 2:
             return 0.0
-        v = sorted(build)[len(build) // 3]
-        return v if v > 0 and v >= self.p.build_min * ref else 0.0
+        third = len(build) // 3
+        if sorted(r for _, r in build)[third] < self.p.build_min:
+            return 0.0
+        return max(sorted(x for x, _ in build)[third], 0.0)
 
     def decoded(self, batch: int) -> bool:
         """Whether this generation decoded a batch of ``batch`` tokens (its first decode is paid)."""
@@ -190,7 +193,7 @@ class CostModel:
         v = s.value
         if s.n != 1 or v is None:
             return v
-        extra = self._extra(self.build[1], min(s.xs)) if draft else self.first_extra() / self.level
+        extra = self._extra(self.build[1]) if draft else self._extra(self.build[0])
         return max(v - extra, 0.25 * v) if extra else v
 
     @property
@@ -285,7 +288,7 @@ class CostModel:
         self.first.prior, self.next.prior, self.catchup = first, nxt, catchup
         self.multi = bool(d.get("multi"))
         for own, xs in zip(self.build, d.get("first_extra") or ()):
-            own.extend(float(x) for x in xs)
+            own.extend((float(x), float(r)) for x, r in xs)
         noise = d.get("noise")
         if isinstance(noise, (int, float)) and 0.0 <= noise < 0.5:
             self.noise_prior, self._noise = float(noise), None

@@ -51,8 +51,8 @@ class Params:
     measure_loop: bool = True       # price a round's time beyond its decodes (the loop's Python)
     monotone: bool = True           # fit verify costs that never fall with the batch size
     seeded_pause: bool = True       # start paused when what an earlier answer learned says drafting loses
-    build_min: float = 0.5          # a batch size's first decode in a generation costing this share of the
-                                    # cheapest decode more is priced as a one-off (a GPU graph) [fraction]
+    build_min: float = 0.5          # a batch size's first decode in a generation costing this share of its
+                                    # later ones more is priced as a one-off (a GPU graph) [fraction]
     build_horizon: int = 128       # tokens a new batch size's first-decode extra must be repaid in [tokens]
     guard_decay: float = 0.85       # slots: the batch's rates keep this per sample (they follow the load) [factor]
     guard_min_draft: int = 6        # ... drafting rounds measured before a verdict [rounds]
