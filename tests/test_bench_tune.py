@@ -92,8 +92,9 @@ def test_interrupted_sweep_keeps_finished_cells(tiny_target, tiny_draft, tmp_pat
     # (the progress bar fills 64 KB on a slow machine) would stop the sweep before its first
     # cell. One thread: llama.cpp spinning on every core of a busy machine crawls.
     with open(tmp_path / "stdout", "w") as stdout_file, open(tmp_path / "stderr", "w") as stderr_file:
-        proc = subprocess.Popen([sys.executable, "-m", "localspec", "bench", "-m", str(tiny_target), "-d",
-                                 str(tiny_draft), "--draft-max", "1,2,3,4,5,6,7,8", "--draft-temp", "0,0.3,0.7",
+        proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "localspec", "bench",
+                                 "-m", str(tiny_target), "-d", str(tiny_draft), "--draft-max", "1,2,3,4,5,6,7,8",
+                                 "--draft-temp", "0,0.3,0.7",
                                  "--runs", "20", "-n", "48", "--threads", "1", "--out", str(out)],
                                 stdout=stdout_file, stderr=stderr_file, text=True)
         # 20 runs a cell: a sweep this machine runs at ~200 generations a second must still be
@@ -109,7 +110,13 @@ def test_interrupted_sweep_keeps_finished_cells(tiny_target, tiny_draft, tmp_pat
         running = proc.poll() is None
         if running:
             proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:    # seen once in CI: show where every thread stands
+            proc.send_signal(signal.SIGABRT)    # (faulthandler prints their stacks)
+            proc.wait(timeout=30)
+            pytest.fail("the sweep did not end within 60 s of SIGINT:\n"
+                        + (tmp_path / "stderr").read_text()[-6000:])
     stdout, stderr = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
     assert running, f"the sweep ended before the signal: {stderr[-2000:]}"
     # 130, or (2 runs in ~130 here, after the same output; cause not found) an end by
