@@ -96,7 +96,9 @@ def test_interrupted_sweep_keeps_finished_cells(tiny_target, tiny_draft, tmp_pat
                                  "-m", str(tiny_target), "-d", str(tiny_draft), "--draft-max", "1,2,3,4,5,6,7,8",
                                  "--draft-temp", "0,0.3,0.7",
                                  "--runs", "20", "-n", "48", "--threads", "1", "--out", str(out)],
-                                stdout=stdout_file, stderr=stderr_file, text=True)
+                                stdout=stdout_file, stderr=stderr_file, text=True,
+                                # a Ctrl-C's default: a run from a background job inherits SIGINT ignored
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         # 20 runs a cell: a sweep this machine runs at ~200 generations a second must still be
         # going when the signal comes (at 3 runs it once finished first and exited 0).
         deadline = time.monotonic() + 600   # a guard only: the loop ends at the first cell
