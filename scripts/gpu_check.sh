@@ -78,6 +78,8 @@ if ! "$PY" -c "$OFFLOADS" 2>/dev/null; then
 fi
 "$PY" -c "$OFFLOADS" || die "llama-cpp-python does not offload to the GPU after the build"
 log "llama-cpp-python offloads (${SECONDS}s in)"
+# GPU_CHECK_BUILD_ONLY=1: stop here (a short lease runs its own checks next, with "$PY")
+[ -z "${GPU_CHECK_BUILD_ONLY:-}" ] || exit 0
 
 # -- 2. engine tests, every layer offloaded ------------------------------------------------
 # GPU_CHECK_TESTS (test files, space-separated) narrows the list for a short lease;

@@ -5,13 +5,21 @@ target alone, the default policy and fixed K runs, with the policy's own estimat
 end of each answer (draft/target cost ratio, verify cost by batch, loop time, state, why).
 
     python scripts/gpu_diag.py [--tokens 256] [--runs 2] > diag.json
+    python scripts/gpu_diag.py --load-probe > load.json   # which tiny test models load offloaded
+
+``--load-probe`` loads each of a few tiny test models (tests/tiny) in a process of its own,
+every layer offloaded, and reports its exit status, llama.cpp's last log lines and, for a
+crash, Python's fault handler's stack: the engine tests' models crashed under CUDA in
+``llama_model_load_from_file`` while the larger generated pairs loaded.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -54,14 +62,55 @@ def cells(engine: Engine, prompt: list[int], drafter: DrafterKind, n: int, runs:
     return out
 
 
+PROBES = {   # name: TinySpec arguments (tests/conftest.py's tiny_target first)
+    "tiny-f32-64": {},
+    "tiny-f16-64": {"f16": True},
+    "tiny-f32-256": {"n_embd": 256, "n_ff": 512, "n_head": 4, "n_head_kv": 2},
+    "tiny-f16-256": {"n_embd": 256, "n_ff": 512, "n_head": 4, "n_head_kv": 2, "f16": True},
+    "tiny-f32-64-big-vocab": {"extra_tokens": 151936 - 3 - 256 - len(bpe_vocab()[1])},
+}
+
+LOAD_ONE = """
+import faulthandler, sys
+faulthandler.enable()
+sys.path[:0] = [sys.argv[3], sys.argv[4]]
+import json
+from tiny import TinySpec, write_model
+from localspec.engine import Engine, EngineConfig
+path = write_model(sys.argv[1], TinySpec(**json.loads(sys.argv[2])))
+print("written", path, flush=True)
+with Engine(EngineConfig(target=str(path), n_ctx=256)) as e:
+    print("loaded", e.describe()["target"].get("backend"), flush=True)
+    print("tokens", len(e.tokenize("The quick brown fox")), flush=True)
+"""
+
+
+def load_probe(work: Path) -> int:
+    """Each of PROBES loaded in its own process: one JSON line each."""
+    env = dict(os.environ, LOCALSPEC_LLAMA_LOG="1")
+    for name, kw in PROBES.items():
+        try:
+            r = subprocess.run([sys.executable, "-c", LOAD_ONE, str(work / f"{name}.gguf"), json.dumps(kw),
+                                str(ROOT / "tests"), str(ROOT)], capture_output=True, text=True, timeout=120, env=env)
+            rc, out, err = r.returncode, r.stdout, r.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, out, err = "timeout", str(e.stdout or ""), str(e.stderr or "")
+        print(json.dumps({"probe": name, "spec": kw, "rc": rc, "stdout": out.splitlines()[-4:],
+                          "stderr_tail": err.splitlines()[-40:]}), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--load-probe", action="store_true", help="which tiny test models load offloaded")
     a = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="gpu-diag-"))
+    if a.load_probe:
+        return load_probe(work)
     width, layers = a.width, a.layers
     base = 3 + 256 + len(bpe_vocab()[1])
     zoo = TinyZoo(work)

@@ -185,6 +185,7 @@ def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     ("probes weigh more while paused", "acceptance-recovers-halfway"),
     ("failed probes back off", "cpu-lookup-finds-nothing+noise10"),
     ("start paused from what was learned", "cpu-lookup-finds-nothing"),
+    ("the policy's own time priced apart", "cpu-tiny-target-lookup-rare-matches"),
 ])
 def test_each_mechanism_earns_its_place(mechanism, scenario):
     """Switched off, each mechanism costs its scenario at least 0.5% (the failure it fixes)."""
@@ -192,6 +193,34 @@ def test_each_mechanism_earns_its_place(mechanism, scenario):
     with_it = sim._default_tps(s, 2, Params())
     without = sim._default_tps(s, 2, sim.params_with(sim.ABLATIONS[mechanism]))
     assert without < 0.995 * with_it, (with_it, without)
+
+
+def test_a_lookup_that_rarely_matches_pauses_where_the_policy_costs_what_a_match_saves():
+    """A 0.16 ms target, a lookup matching one round in five (all accepted), the policy's own
+    0.12 ms a round: drafting loses, because a pause's plain rounds skip the policy. Priced
+    into plain rounds as well, that time made drafting look as good as ever (0.70 of the
+    target alone, as prompt lookup on the losing pair at 512 tokens read on the wall clock)."""
+    s = next(x for x in sim.load(str(SCENARIOS)) if x.name == "cpu-tiny-target-lookup-rare-matches")
+    out = sim.evaluate(s, 1)
+    assert out["best"]["setting"] == "target" and out["default_over_best"] >= 0.97, out
+    without = sim.evaluate(s, 1, sim.params_with(sim.ABLATIONS["the policy's own time priced apart"]))
+    assert without["default_over_best"] < 0.8, without
+
+
+def test_the_policy_s_own_time_is_a_drafting_round_s_cost_only():
+    clock = sim.SimClock()
+    pol = AdaptivePolicy(1, 8, clock=clock)
+    for i in range(6):
+        k = pol.next_k()
+        clock.now += 0.0001 * k + 0.0009 + 0.00005    # the decodes, and 50 us of the loop's own
+        clock.charge = 0.0002
+        pol.observe(Step(index=i, k=k, drafted=k, accepted=k, emitted=k + 1, draft_seconds=0.0001 * k,
+                         verify_seconds=0.0009, drafting=pol.drafting, draft_steps=k, verify_batch=k + 1))
+    c = pol.costs
+    assert c.own.value == pytest.approx(0.0002)
+    assert c.loop(False) == pytest.approx(0.00005) and c.loop(True) == pytest.approx(0.00025)
+    assert pol.learned()["costs"]["loop"][2] == pytest.approx(0.0002)
+    assert pol.estimates()["round_seconds_beyond_decodes"]["policy"] == pytest.approx(0.0002)
 
 
 def test_a_first_decode_that_builds_a_graph_is_priced_once_not_carried_as_the_cost():

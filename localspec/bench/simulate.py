@@ -13,6 +13,7 @@ so their tokens per second differ only by their decisions. Format of a scenario 
      "noise": 0.1,               # optional: relative noise on every measured time (seeded)
      "drift": 0.5,               # optional: target costs grow by this fraction over the answer
      "loop_ms": [0.03, 0.01],    # optional: a drafting / plain round's time beyond its decodes
+     "policy_ms": 0.1,           # optional: the policy's own time in each round it observes
      "match": 0.3,               # optional: P(the drafter proposes anything in a round), a lookup's matches
      "first_ms": 30.0,           # optional: an answer's first decode of each batch size (and the
                                  # draft's first) costs this much more: a GPU building its graph
@@ -50,6 +51,7 @@ class Scenario:
     noise: float = 0.0
     drift: float = 0.0
     loop_ms: tuple[float, float] = (0.0, 0.0)
+    policy_ms: float = 0.0
     match: float = 1.0
     drafter: str = "model"
     first_ms: float = 0.0
@@ -65,13 +67,14 @@ class Scenario:
                     tokens=int(d["tokens"]), then_at=int(then["at"]) if then else None,
                     then_accept=tuple(float(x) for x in then.get("accept", ())), noise=float(d.get("noise", 0.0)),
                     drift=float(d.get("drift", 0.0)), loop_ms=tuple(float(x) for x in d.get("loop_ms", (0, 0)))[:2],
+                    policy_ms=float(d.get("policy_ms", 0.0)),
                     match=float(d.get("match", 1.0)), first_ms=float(d.get("first_ms", 0.0)),
                     seed_tokens=int(d["seed_tokens"]) if d.get("seed_tokens") is not None else None,
                     drafter=str(d.get("drafter") or ("ngram" if float(d["draft_ms"]) == 0 else "model")))
         except (KeyError, TypeError, ValueError) as e:
             raise BadInput(f"scenario {d.get('name', '?')!r}: bad or missing field ({e})") from None
-        if s.first_ms < 0 or (s.seed_tokens is not None and s.seed_tokens < 1):
-            raise BadInput(f"scenario {s.name!r}: first_ms must be >= 0, seed_tokens >= 1")
+        if s.first_ms < 0 or s.policy_ms < 0 or (s.seed_tokens is not None and s.seed_tokens < 1):
+            raise BadInput(f"scenario {s.name!r}: first_ms and policy_ms must be >= 0, seed_tokens >= 1")
         if len(s.loop_ms) != 2 or min(s.loop_ms) < 0:
             raise BadInput(f"scenario {s.name!r}: loop_ms must be two times >= 0 (drafting, plain)")
         if not s.target_ms or min(s.target_ms) <= 0 or not s.accept or s.tokens < 1 or s.draft_ms < 0:
@@ -97,6 +100,21 @@ class Scenario:
         return acc[min(i, len(acc)) - 1]
 
 
+class SimClock:
+    """The simulated clock: ``now`` seconds; a ``charge`` set before the policy observes a
+    round is added after the clock's next reading (the policy's own time on the round)."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.charge = 0.0
+
+    def __call__(self) -> float:
+        t = self.now
+        self.now += self.charge
+        self.charge = 0.0
+        return t
+
+
 def simulate(s: Scenario, setting: str, seed: int, params: Params | None = None,
              learned: dict | None = None) -> tuple[int, float, dict | None]:
     """One answer of ``s`` under ``setting`` ("default", "K=n" or "target").
@@ -112,14 +130,14 @@ def simulate(s: Scenario, setting: str, seed: int, params: Params | None = None,
     matches = random.Random(f"{seed}:match")
     shake = random.Random(f"{seed}:noise")
     noise = [[max(0.05, 1.0 + s.noise * shake.gauss(0.0, 1.0)) for _ in range(9)] for _ in range(s.tokens + 1)]
-    now = [0.0]
+    clock = SimClock()
 
     def timed(x: float, i: int = 0) -> float:
         return x * noise[tokens][i] if s.noise else x
 
     if setting == "default":
         policy = AdaptivePolicy(1, 8, params=params or Params(), learned=learned,
-                                clock=lambda: now[0])
+                                clock=clock)
     else:
         policy = FixedPolicy(0 if setting == "target" else int(setting.split("=")[1]))
     built: set[int] = set()   # batch sizes decoded once (0: the draft's graph)
@@ -135,7 +153,7 @@ def simulate(s: Scenario, setting: str, seed: int, params: Params | None = None,
         quiet = min(policy.quiet_rounds(), s.tokens - tokens)
         if quiet:
             for _ in range(quiet):
-                now[0] += timed(s.target(1, tokens)) + first_use(1) + s.loop_ms[1] / 1000.0
+                clock.now += timed(s.target(1, tokens)) + first_use(1) + s.loop_ms[1] / 1000.0
                 tokens += 1
             policy.passed(quiet, quiet)
             continue
@@ -153,14 +171,16 @@ def simulate(s: Scenario, setting: str, seed: int, params: Params | None = None,
         else:
             steps, draft_s, sync_s = 0, 0.0, 0.0
         verify_s = timed(s.target(drafted + 1, tokens)) + first_use(drafted + 1)
-        now[0] += draft_s + verify_s + s.loop_ms[0 if k else 1] / 1000.0
+        clock.now += draft_s + verify_s + s.loop_ms[0 if k else 1] / 1000.0
         emitted = min(a + 1, s.tokens - tokens)
+        if setting == "default":
+            clock.charge = s.policy_ms / 1000.0
         policy.observe(Step(index=rounds, k=k, drafted=drafted, accepted=a, emitted=emitted, draft_seconds=draft_s,
                             verify_seconds=verify_s, drafting=policy.drafting, draft_steps=steps,
                             verify_batch=drafted + 1, probe=probe, sync_tokens=1 if k else 0, sync_seconds=sync_s))
         tokens += emitted
         rounds += 1
-    return tokens, now[0], policy.learned()
+    return tokens, clock.now, policy.learned()
 
 
 def evaluate(s: Scenario, seeds: int = 1, params: Params | None = None, cold: bool = False) -> dict:
@@ -242,6 +262,7 @@ ABLATIONS = {
     "failed probes back off": {"probe_backoff": 1},
     "margin to move K": {"move_margin": 0.0},
     "loop time priced": {"measure_loop": False},
+    "the policy's own time priced apart": {"own_apart": False},
     "monotone verify costs": {"monotone": False},
     "start paused from what was learned": {"seeded_pause": False},
     "a batch size's first decode priced as a one-off": {"build_min": 1e9},

@@ -149,16 +149,15 @@ class AdaptivePolicy:
         self.since_probe += tokens
         self.t_last = None
 
-    def _count(self, r: Step, own: bool) -> None:
-        """Every round: its tokens, its target decode and its time beyond the decodes."""
-        now = self.clock()
+    def _count(self, r: Step, own: bool, now: float) -> None:
+        """Every round: its tokens, its target decode and its time beyond the decodes (the
+        policy's own time left out: it is measured apart, see :meth:`_timed`)."""
         if self.t_last is not None and self.p.measure_loop:
             rest = max(now - self.t_last - r.draft_seconds - r.verify_seconds, 0.0)
             if r.k == 0:
                 self.costs.add_overhead(False, rest)
             elif own and r.draft_steps > 0:
                 self.costs.add_overhead(True, rest)
-        self.t_last = now
         self.round += 1
         self.tokens += r.emitted
         self.costs.add_verify(r.verify_batch, r.verify_seconds)
@@ -168,11 +167,27 @@ class AdaptivePolicy:
             self.since_plain += 1
         self._cache = {}
 
+    def _timed(self, learn: Callable[[float], str | None]) -> str | None:
+        """Run ``learn`` (given the clock's reading) and measure the policy's own time: paid by
+        every observed round, so by drafting, and not by the quiet rounds of a pause."""
+        start = self.clock()
+        note = learn(start)
+        if not self.p.own_apart:
+            self.t_last = start     # (ablation: its time falls in the next round's, plain or not)
+            return note
+        self.t_last = self.clock()
+        if self.p.measure_loop:
+            self.costs.add_own(self.t_last - start)
+        return note
+
     def observe_other(self, r: Step) -> str | None:
         """A round another drafter of a chain drafted: only the target's cost and the tokens."""
+        return self._timed(lambda now: self._other(r, now))
+
+    def _other(self, r: Step, now: float) -> str | None:
         if not self.drafting:
             self.since_probe += r.emitted
-        self._count(r, own=False)
+        self._count(r, False, now)
         return self.opening_note()
 
     def observe_unused(self, k: int, drafted: int, accepted: int) -> None:
@@ -187,11 +202,14 @@ class AdaptivePolicy:
 
     def observe(self, r: Step) -> str | None:
         """Learn from a finished round; a sentence when drafting turns on or off."""
+        return self._timed(lambda now: self._learn(r, now))
+
+    def _learn(self, r: Step, now: float) -> str | None:
         if not self.drafting and not (r.probe and self.state is State.PROBING):
             self.since_probe += r.emitted
-            self._count(r, own=True)
+            self._count(r, True, now)
             return self.opening_note()
-        self._count(r, own=True)
+        self._count(r, True, now)
         if r.k > 0 and r.draft_steps > 0:
             self.draft_rounds += 1
             self.costs.add_draft(r.draft_steps, r.draft_seconds - r.wait_seconds,
@@ -392,6 +410,7 @@ class AdaptivePolicy:
             "draft_cost_ratio": (cd / c1) if (c1 and cd) else None, "catchup_seconds_per_token": c.catchup,
             "first_decode_extra_seconds": c.first_extra(),
             "verify_seconds_by_batch": {str(b): v for b, v in c.to_dict()["verify"].items()},
-            "round_seconds_beyond_decodes": {"drafting": c.overhead[True].value, "plain": c.overhead[False].value},
+            "round_seconds_beyond_decodes": {"drafting": c.overhead[True].value, "plain": c.overhead[False].value,
+                                             "policy": c.own.value},
             "acceptance": mean, "acceptance_interval": [lo, up], "pauses": self.pauses, "probes": self.probes,
             "acceptance_shifts": self.acc.shifts, "probe_every_tokens": self.probe_every}

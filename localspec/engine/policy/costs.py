@@ -124,6 +124,7 @@ class CostModel:
         self.multi = False                         # the drafter decodes once per drafted token
         self.catchup: float | None = None          # seconds per extra token of a long first decode
         self.overhead = {True: Samples(params.window), False: Samples(params.window)}   # drafting, plain
+        self.own = Samples(params.window)          # the policy's own time in a round it observes
         self.round_extra = 0.0                     # every drafting round's extra (a chain's catch-up)
         self.noise_prior: float | None = None
         # A size's first decode in a generation over its second (seconds, and as a share of the
@@ -165,6 +166,11 @@ class CostModel:
     def add_overhead(self, drafting: bool, seconds: float) -> None:
         """A round's wall time beyond its decodes (the loop's own Python and its readers)."""
         self.overhead[drafting].add(seconds)
+        self._tables = {}
+
+    def add_own(self, seconds: float) -> None:
+        """The policy's own time on one round (its observation and decision)."""
+        self.own.add(seconds)
         self._tables = {}
 
     def first_extra(self) -> float:
@@ -264,11 +270,12 @@ class CostModel:
         return self._value(self.first, draft=True)
 
     def loop(self, drafting: bool) -> float:
-        """A round's seconds beyond its decodes; a drafting round's includes the chain's extra."""
+        """A round's seconds beyond its decodes; a drafting round's includes the chain's extra
+        and the policy's own time (a paused run's plain rounds skip the policy)."""
         plain, draft = self.overhead[False].value, self.overhead[True].value
         if not drafting:
             return plain if plain is not None else (draft or 0.0)
-        return self.round_extra + (draft if draft is not None else (plain or 0.0))
+        return self.round_extra + (draft if draft is not None else (plain or 0.0)) + (self.own.value or 0.0)
 
     def to_dict(self) -> dict:
         return {"verify": {str(b): self._value(s) * self._moved(s) for b, s in sorted(self.verify.items())
@@ -276,7 +283,7 @@ class CostModel:
                 "first_extra": [list(self.build[0]), list(self.build[1])],
                 "draft_first": self.draft_first(), "draft_next": self.next.value, "multi": self.multi,
                 "catchup": self.catchup, "noise": self.noise() if self.verify else None,
-                "loop": [self.overhead[True].value, self.overhead[False].value]}
+                "loop": [self.overhead[True].value, self.overhead[False].value, self.own.value]}
 
     def seed(self, d: dict) -> None:
         """Take an earlier generation's costs as priors (real samples replace them).
@@ -293,7 +300,7 @@ class CostModel:
         if isinstance(noise, (int, float)) and 0.0 <= noise < 0.5:
             self.noise_prior, self._noise = float(noise), None
         loop = d.get("loop") or [None, None]
-        for key, v in zip((True, False), loop):
+        for own, v in zip((self.overhead[True], self.overhead[False], self.own), loop):
             if isinstance(v, (int, float)) and 0.0 <= v < 1.0:
-                self.overhead[key].prior = float(v)
+                own.prior = float(v)
         self._tables = {}

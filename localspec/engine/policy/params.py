@@ -49,6 +49,7 @@ class Params:
     route_recent: int = 6           # the draft in use's last rounds read on their own at a stretch change [rounds]
     route_recent_min: int = 3       # ... once there are this many [rounds]
     measure_loop: bool = True       # price a round's time beyond its decodes (the loop's Python)
+    own_apart: bool = True          # the policy's own time priced on drafting rounds only (a pause skips it)
     monotone: bool = True           # fit verify costs that never fall with the batch size
     seeded_pause: bool = True       # start paused when what an earlier answer learned says drafting loses
     build_min: float = 0.5          # a batch size's first decode in a generation costing this share of its
