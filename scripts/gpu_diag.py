@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,6 +69,13 @@ PROBES = {   # name: TinySpec arguments (tests/conftest.py's tiny_target first)
     "tiny-f32-256": {"n_embd": 256, "n_ff": 512, "n_head": 4, "n_head_kv": 2},
     "tiny-f16-256": {"n_embd": 256, "n_ff": 512, "n_head": 4, "n_head_kv": 2, "f16": True},
     "tiny-f32-64-big-vocab": {"extra_tokens": 151936 - 3 - 256 - len(bpe_vocab()[1])},
+    # (on an H200 every one above crashed, log ending at print_info's n_layer_all; the
+    # 16-layer 2048-wide pair, head size 128, loads): which of layers and head size it is
+    "tiny-f32-64-16-layers": {"n_layer": 16},
+    "tiny-f32-64-ctx-4096": {"n_ctx_train": 4096},
+    "tiny-f32-256-head-128": {"n_embd": 256, "n_ff": 512, "n_head": 2, "n_head_kv": 1},
+    "tiny-f16-2048-2-layers": {"n_embd": 2048, "n_ff": 4096, "n_head": 16, "n_head_kv": 4, "f16": True,
+                               "n_layer": 2},
 }
 
 LOAD_ONE = """
@@ -88,6 +96,7 @@ with Engine(EngineConfig(target=str(path), n_ctx=256)) as e:
 def load_probe(work: Path) -> int:
     """Each of PROBES loaded in its own process: one JSON line each."""
     env = dict(os.environ, LOCALSPEC_LLAMA_LOG="1")
+    crashed = False
     for name, kw in PROBES.items():
         try:
             r = subprocess.run([sys.executable, "-c", LOAD_ONE, str(work / f"{name}.gguf"), json.dumps(kw),
@@ -95,8 +104,18 @@ def load_probe(work: Path) -> int:
             rc, out, err = r.returncode, r.stdout, r.stderr
         except subprocess.TimeoutExpired as e:
             rc, out, err = "timeout", str(e.stdout or ""), str(e.stderr or "")
-        print(json.dumps({"probe": name, "spec": kw, "rc": rc, "stdout": out.splitlines()[-4:],
-                          "stderr_tail": err.splitlines()[-40:]}), flush=True)
+        row = {"probe": name, "spec": kw, "rc": rc, "stdout": out.splitlines()[-4:],
+               "stderr_tail": err.splitlines()[-40:]}
+        if rc not in (0, "timeout") and shutil.which("cuda-gdb") and not crashed:
+            crashed = True   # the first crash's native stack (cuda-gdb debugs host code too)
+            try:
+                g = subprocess.run(["cuda-gdb", "-batch", "-ex", "run", "-ex", "bt 40", "--args", sys.executable,
+                                    "-c", LOAD_ONE, str(work / f"{name}-gdb.gguf"), json.dumps(kw),
+                                    str(ROOT / "tests"), str(ROOT)], capture_output=True, text=True, timeout=120)
+                row["native_stack"] = [x for x in g.stdout.splitlines() if x.startswith("#")][:40]
+            except (subprocess.TimeoutExpired, OSError) as e:
+                row["native_stack"] = [f"cuda-gdb failed: {e}"]
+        print(json.dumps(row), flush=True)
     return 0
 
 

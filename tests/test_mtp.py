@@ -22,6 +22,7 @@ from localspec.chat.session import ChatSession, ModelChoice
 from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig, Step
 from localspec.engine.backend import Rollback
 from localspec.engine.events import Done
+from localspec.engine.policy import FixedPolicy
 from localspec.errors import BadInput
 from localspec.models.mtp_head import locate_mtp, parse_draft_arg
 
@@ -119,6 +120,54 @@ def test_separate_head_file_drafts_like_the_embedded_one(models, split):
     # a sibling mtp-*.gguf is found on its own
     assert locate_mtp(str(trunk)).file == str(head)
     assert locate_mtp(str(models["mtp"])).embedded
+
+
+class PausesAWhile(FixedPolicy):
+    """K=3, except rounds ``start``..``stop`` (observed rounds, counted from 0): paused."""
+
+    def __init__(self, start: int, stop: int):
+        super().__init__(3)
+        self.may_draft, self.start, self.stop, self.rounds = True, start, stop, 0
+
+    def next_k(self) -> int:
+        return 0 if self.start <= self.rounds < self.stop else 3
+
+    def observe(self, step):
+        self.rounds += 1
+        self.drafting = not (self.start <= self.rounds < self.stop)
+
+
+def test_a_paused_head_reads_no_decode_and_catches_up_at_its_next_draft(models, monkeypatch):
+    """While drafting pauses the head stops reading the target's decodes (a head decode a
+    token: 0.83x the target alone on an H200); its next draft makes the missed entries in one
+    batch, and the answer stays the target's."""
+    import localspec.engine.engine as engine_module
+    import localspec.engine.mtp as mtp_module
+
+    decoded = []
+    real = mtp_module.MtpContext.decode
+
+    def counting(self, tokens, pos0, hidden, **kw):
+        decoded.append((pos0, len(tokens)))
+        return real(self, tokens, pos0, hidden, **kw)
+
+    monkeypatch.setattr(mtp_module.MtpContext, "decode", counting)
+    with mtp_engine(models["mtp"]) as e:
+        toks = e.tokenize(PROMPTS[1])
+        base, _ = generate(e, toks, drafter="none", n=60)
+        monkeypatch.setattr(engine_module, "policy_for", lambda *a, **kw: PausesAWhile(3, 30))
+        e.reset()
+        decoded.clear()
+        done, steps = generate(e, toks, n=60)
+        assert done.token_ids == base.token_ids
+        paused = [st for st in steps[1:] if st.k == 0]
+        assert len(paused) == 27
+        lo = len(toks) + sum(st.emitted for st in steps[:4])          # the first position the pause emitted
+        hi = lo + sum(st.emitted for st in paused)
+        # no head decode while paused; after it, one batch from the last position the head
+        # had not read (the one before the pause's first) up to the next draft's last token
+        assert not [(p, n) for p, n in decoded if lo <= p < hi - 1], (lo, hi, decoded)
+        assert (lo - 1, hi - lo) in decoded, (lo, hi, decoded)
 
 
 def test_adaptive_policy_treats_mtp_like_any_drafter(models):

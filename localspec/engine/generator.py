@@ -134,6 +134,8 @@ class Generator:
         # The policy's drafting state, read again only after it observes a round (the one
         # place it changes): a chain's asks both of its policies.
         drafting = policy.drafting
+        # A drafter that reads every target decode (an MTP head) stops while drafting pauses.
+        follow = getattr(drafter, "follow", None)
         while out.reason is None:
             if cancel is not None and cancel.is_set():
                 out.reason = StopReason.CANCELLED
@@ -234,6 +236,8 @@ class Generator:
                 passed_tokens += emitted
                 continue
             note = policy.observe(step)
+            if follow is not None and policy.drafting != drafting:
+                follow(policy.drafting)
             drafting = policy.drafting
             if note:
                 stats.note(note)
