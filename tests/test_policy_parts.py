@@ -223,6 +223,36 @@ def test_the_policy_s_own_time_is_a_drafting_round_s_cost_only():
     assert pol.estimates()["round_seconds_beyond_decodes"]["policy"] == pytest.approx(0.0002)
 
 
+def gpu_warm_up_learned(lone: bool) -> dict:
+    """What an 8-token answer on an H200 handed on (scripts/gpu_diag.py's warm-up): each batch
+    size decoded once, its graph built in that decode (the plain step 2.6 ms, 0.5 ms later)."""
+    acc = AcceptanceModel(DEFAULT, 8)
+    for _ in range(3):
+        acc.judge(3, 3, 2)
+    costs = {"verify": {"1": 0.00257, "2": 0.0119, "4": 0.0285}, "draft_first": 0.00042, "draft_next": 0.0001,
+             "multi": True, "loop": [0.0001, 0.00006, 0.0003]}
+    if lone:
+        costs["lone"] = [1, 2, 4, 0]
+    return {"version": SCHEMA, "costs": costs, "acceptance": acc.to_dict(), "k": 1, "drafting": False}
+
+
+def test_costs_each_sampled_once_never_start_the_next_answer_paused():
+    """On an H200 the answers after an 8-token warm-up started paused "from the last run" and,
+    shorter than the probe gap, stayed paused (1.0x the target where K=8 ran 1.7x)."""
+    assert AdaptivePolicy(1, 8, learned=gpu_warm_up_learned(lone=False)).state is State.PAUSED
+    pol = AdaptivePolicy(1, 8, learned=gpu_warm_up_learned(lone=True))
+    assert pol.state is not State.PAUSED and pol.next_k() > 0
+
+
+def test_only_a_cost_sampled_once_with_no_first_decode_extra_is_marked_lone():
+    c = CostModel(DEFAULT, 8)
+    c.add_verify(1, 0.002)
+    c.add_verify(1, 0.0005)
+    c.add_verify(4, 0.03)
+    c.add_draft(1, 0.0004, 0.0004, 1)
+    assert c.to_dict()["lone"] == [4, 0]
+
+
 def test_a_first_decode_that_builds_a_graph_is_priced_once_not_carried_as_the_cost():
     """A GPU's first decode of each batch size costs 3 steps more: the default stays near the
     best fixed K instead of reading every size 4x dearer (and moving K to unbuilt sizes)."""

@@ -366,7 +366,9 @@ class AdaptivePolicy:
         k_best, s_best = predict.best(self.curve(), self.k)
         self.predicted_speedup = s_best
         self._reason = "starting from the costs measured last time"
-        if self.can_pause and self.p.seeded_pause and s_best <= 1.0 and (ended_paused or self.bounds()[1] < 1.0):
+        # (not on costs that were each one sample: a GPU's first decodes read as its costs)
+        if (self.can_pause and self.p.seeded_pause and s_best <= 1.0 and not self.costs.weak
+                and (ended_paused or self.bounds()[1] < 1.0)):
             self.k = k_best
             self._pause("from the last run")
 
@@ -409,7 +411,7 @@ class AdaptivePolicy:
             "target_step_seconds": c1, "target_step_samples": c.verify[1].n if 1 in c.verify else 0,
             "draft_cost_ratio": (cd / c1) if (c1 and cd) else None, "catchup_seconds_per_token": c.catchup,
             "first_decode_extra_seconds": c.first_extra(),
-            "verify_seconds_by_batch": {str(b): v for b, v in c.to_dict()["verify"].items()},
+            "verify_seconds_by_batch": {str(b): v for b, v in c.by_size().items()},
             "round_seconds_beyond_decodes": {"drafting": c.overhead[True].value, "plain": c.overhead[False].value,
                                              "policy": c.own.value},
             "acceptance": mean, "acceptance_interval": [lo, up], "pauses": self.pauses, "probes": self.probes,

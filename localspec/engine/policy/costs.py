@@ -127,6 +127,7 @@ class CostModel:
         self.own = Samples(params.window)          # the policy's own time in a round it observes
         self.round_extra = 0.0                     # every drafting round's extra (a chain's catch-up)
         self.noise_prior: float | None = None
+        self.lone: set[int] = set()                # carried costs that were one sample (0: the draft's)
         # A size's first decode in a generation over its second (seconds, and as a share of the
         # second), the target's and the drafter's (carried from answer to answer: a drafter gives
         # one a generation).
@@ -277,9 +278,25 @@ class CostModel:
             return plain if plain is not None else (draft or 0.0)
         return self.round_extra + (draft if draft is not None else (plain or 0.0)) + (self.own.value or 0.0)
 
+    def by_size(self) -> dict[int, float]:
+        """The target's decode seconds by batch size, as measured (priors until then)."""
+        return {b: self._value(s) * self._moved(s) for b, s in sorted(self.verify.items()) if s.value is not None}
+
+    @property
+    def weak(self) -> bool:
+        """Whether carried costs a decision rests on were each one sample: the plain step,
+        the draft's first decode, or every drafting batch."""
+        lone = self.lone
+        return bool(lone) and (1 in lone or 0 in lone or all(b in lone for b in self.verify if b > 1))
+
+    def _lone(self, s: Samples, draft: bool = False) -> bool:
+        """Whether a cost rests on one sample of this generation, with no first-decode extra
+        measured to take out: it may be a GPU building its graph (5-50x the cost)."""
+        return s.n == 1 and not self._extra(self.build[1 if draft else 0])
+
     def to_dict(self) -> dict:
-        return {"verify": {str(b): self._value(s) * self._moved(s) for b, s in sorted(self.verify.items())
-                           if s.value is not None},
+        lone = [b for b, s in sorted(self.verify.items()) if self._lone(s)] + ([0] if self._lone(self.first, True) else [])
+        return {"verify": {str(b): v for b, v in self.by_size().items()}, "lone": lone,
                 "first_extra": [list(self.build[0]), list(self.build[1])],
                 "draft_first": self.draft_first(), "draft_next": self.next.value, "multi": self.multi,
                 "catchup": self.catchup, "noise": self.noise() if self.verify else None,
@@ -292,6 +309,7 @@ class CostModel:
         first, nxt, catchup = (None if d.get(x) is None else float(d[x])
                                for x in ("draft_first", "draft_next", "catchup"))
         self.verify = {b: Samples(self.p.window, v) for b, v in verify.items()}
+        self.lone = {int(b) for b in d.get("lone") or ()}
         self.first.prior, self.next.prior, self.catchup = first, nxt, catchup
         self.multi = bool(d.get("multi"))
         for own, xs in zip(self.build, d.get("first_extra") or ()):
