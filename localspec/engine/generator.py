@@ -135,7 +135,7 @@ class Generator:
         # place it changes): a chain's asks both of its policies.
         drafting = policy.drafting
         # A drafter that reads every target decode (an MTP head) stops while drafting pauses.
-        follow = getattr(drafter, "follow", None)
+        track = getattr(drafter, "track_target", None)
         while out.reason is None:
             if cancel is not None and cancel.is_set():
                 out.reason = StopReason.CANCELLED
@@ -236,8 +236,8 @@ class Generator:
                 passed_tokens += emitted
                 continue
             note = policy.observe(step)
-            if follow is not None and policy.drafting != drafting:
-                follow(policy.drafting)
+            if track is not None and policy.drafting != drafting:
+                track(policy.drafting)
             drafting = policy.drafting
             if note:
                 stats.note(note)

@@ -254,11 +254,11 @@ class MtpDrafter(ReadsInline):
         """A new prompt (the target has decoded all but its last token): make sure the head
         has its entries (normally made as the target decoded them); ``now=False`` (drafting
         starts paused): at the first draft."""
-        self.follow(now)
+        self.track_target(now)
         if now and len(tokens) > 1:
             self._catch_up(tokens, len(tokens) - 1)
 
-    def follow(self, on: bool) -> None:
+    def track_target(self, on: bool) -> None:
         """Whether the head reads each target decode as it happens (while the policy drafts)
         or leaves them to the next draft, which makes them in one batch. Paused, following
         cost a head decode a token: on an H200, 0.83x the target alone."""
