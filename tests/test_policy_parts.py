@@ -244,6 +244,25 @@ def test_costs_each_sampled_once_never_start_the_next_answer_paused():
     assert pol.state is not State.PAUSED and pol.next_k() > 0
 
 
+def test_no_paused_start_on_first_decodes_read_as_costs_in_the_simulator():
+    """An H200's first decodes (2 ms more for a plain step, 11-38 for batches of 2-9) in an
+    8-token earlier answer: without the guard the next answers start paused (16% slower)."""
+    s = next(x for x in sim.load(str(GPU_GRAPH)) if x.name == "gpu-1b-small-draft+h200-first-decodes+short-seed")
+    with_it = sim._default_tps(s, 2, Params())
+    without = sim._default_tps(s, 2, sim.params_with(sim.ABLATIONS["... not on costs each sampled once"]))
+    assert without < 0.9 * with_it, (with_it, without)
+
+
+def test_a_draft_too_dear_at_any_verify_price_still_starts_paused_on_costs_sampled_once():
+    """The generated losing pair on a CPU: its 60-token answer sampled the plain step once too
+    (a CPU's first decode of a size is dearer as well), but a draft 20x the target step loses
+    even with every batch at the plain step's price and every token accepted."""
+    learned = gpu_warm_up_learned(lone=True)
+    learned["costs"] |= {"verify": {"1": 0.00024, "2": 0.00022, "4": 0.00066}, "lone": [1, 4],
+                         "draft_first": 0.0045, "draft_next": 0.0045}
+    assert AdaptivePolicy(1, 8, learned=learned).state is State.PAUSED
+
+
 def test_only_a_cost_sampled_once_with_no_first_decode_extra_is_marked_lone():
     c = CostModel(DEFAULT, 8)
     c.add_verify(1, 0.002)

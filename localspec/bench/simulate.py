@@ -17,6 +17,8 @@ so their tokens per second differ only by their decisions. Format of a scenario 
      "match": 0.3,               # optional: P(the drafter proposes anything in a round), a lookup's matches
      "first_ms": 30.0,           # optional: an answer's first decode of each batch size (and the
                                  # draft's first) costs this much more: a GPU building its graph
+                                 # (a list: by batch size 1, 2, ..., the last repeating; the draft's
+                                 # first as the plain step's)
      "seed_tokens": 8,           # optional: the length of the earlier answer the default starts
                                  # from (default: as long as this one)
      "drafter": "model"}         # optional: "model", "mtp" or "ngram" (default: ngram when draft_ms is 0)
@@ -37,6 +39,12 @@ FIXED_KS = tuple(range(1, 9))
 MIN_TOKENS = 512   # tokens per seed a scenario is judged on, at least (short answers run more seeds)
 
 
+def _by_size(v) -> tuple[float, ...]:
+    """``first_ms`` as a tuple by batch size (() when none)."""
+    ms = tuple(float(x) for x in v) if isinstance(v, (list, tuple)) else (float(v),)
+    return ms if any(ms) else ()
+
+
 @dataclass(frozen=True)
 class Scenario:
     """One simulated pair and answer (see the module docstring for the fields)."""
@@ -54,7 +62,7 @@ class Scenario:
     policy_ms: float = 0.0
     match: float = 1.0
     drafter: str = "model"
-    first_ms: float = 0.0
+    first_ms: tuple[float, ...] = ()
     seed_tokens: int | None = None
 
     @classmethod
@@ -68,12 +76,12 @@ class Scenario:
                     then_accept=tuple(float(x) for x in then.get("accept", ())), noise=float(d.get("noise", 0.0)),
                     drift=float(d.get("drift", 0.0)), loop_ms=tuple(float(x) for x in d.get("loop_ms", (0, 0)))[:2],
                     policy_ms=float(d.get("policy_ms", 0.0)),
-                    match=float(d.get("match", 1.0)), first_ms=float(d.get("first_ms", 0.0)),
+                    match=float(d.get("match", 1.0)), first_ms=_by_size(d.get("first_ms", 0.0)),
                     seed_tokens=int(d["seed_tokens"]) if d.get("seed_tokens") is not None else None,
                     drafter=str(d.get("drafter") or ("ngram" if float(d["draft_ms"]) == 0 else "model")))
         except (KeyError, TypeError, ValueError) as e:
             raise BadInput(f"scenario {d.get('name', '?')!r}: bad or missing field ({e})") from None
-        if s.first_ms < 0 or s.policy_ms < 0 or (s.seed_tokens is not None and s.seed_tokens < 1):
+        if min(s.first_ms, default=0.0) < 0 or s.policy_ms < 0 or (s.seed_tokens is not None and s.seed_tokens < 1):
             raise BadInput(f"scenario {s.name!r}: first_ms and policy_ms must be >= 0, seed_tokens >= 1")
         if len(s.loop_ms) != 2 or min(s.loop_ms) < 0:
             raise BadInput(f"scenario {s.name!r}: loop_ms must be two times >= 0 (drafting, plain)")
@@ -146,7 +154,7 @@ def simulate(s: Scenario, setting: str, seed: int, params: Params | None = None,
         if not s.first_ms or size in built:
             return 0.0
         built.add(size)
-        return s.first_ms / 1000.0
+        return s.first_ms[min(max(size, 1), len(s.first_ms)) - 1] / 1000.0
 
     tokens = rounds = 0
     while tokens < s.tokens:
@@ -265,6 +273,7 @@ ABLATIONS = {
     "the policy's own time priced apart": {"own_apart": False},
     "monotone verify costs": {"monotone": False},
     "start paused from what was learned": {"seeded_pause": False},
+    "... not on costs each sampled once": {"lone_guard": False},
     "a batch size's first decode priced as a one-off": {"build_min": 1e9},
 }
 

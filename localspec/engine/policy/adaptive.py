@@ -366,11 +366,24 @@ class AdaptivePolicy:
         k_best, s_best = predict.best(self.curve(), self.k)
         self.predicted_speedup = s_best
         self._reason = "starting from the costs measured last time"
-        # (not on costs that were each one sample: a GPU's first decodes read as its costs)
-        if (self.can_pause and self.p.seeded_pause and s_best <= 1.0 and not self.costs.weak
+        # (on costs that were each one sample, maybe a GPU's first decodes, only a draft too
+        # dear to pay even at the plain step's price per batch, all accepted)
+        if (self.can_pause and self.p.seeded_pause and s_best <= 1.0
+                and not (self.p.lone_guard and self.costs.weak and not self._draft_alone_loses())
                 and (ended_paused or self.bounds()[1] < 1.0)):
             self.k = k_best
             self._pause("from the last run")
+
+    def _draft_alone_loses(self) -> bool:
+        """Whether drafting loses even with every verify batch at the plain step's cost and
+        every token accepted: the draft's own cost decides."""
+        c = self.costs
+        plain = c.plain()
+        first, step = c.draft_seconds()
+        cont, acc = self.acc.rates(1.0)
+        table = [0.0] + [plain] * (self.ladder[-1] + 1)
+        best = predict.speedups(predict.curve(table, self.ladder, cont, acc, first + c.loop(True), step, c.loop(False)))
+        return max(best.values(), default=0.0) < 1.0
 
     @property
     def reason(self) -> str:   # the latest reasoning, in plain words

@@ -284,10 +284,10 @@ class CostModel:
 
     @property
     def weak(self) -> bool:
-        """Whether carried costs a decision rests on were each one sample: the plain step,
-        the draft's first decode, or every drafting batch."""
+        """Whether the carried plain step, or every drafting batch, was one sample: first
+        decodes (a GPU's graph being built: 5-50x the step on an H200) read as costs."""
         lone = self.lone
-        return bool(lone) and (1 in lone or 0 in lone or all(b in lone for b in self.verify if b > 1))
+        return 1 in lone or any(b > 1 for b in self.verify) and all(b in lone for b in self.verify if b > 1)
 
     def _lone(self, s: Samples, draft: bool = False) -> bool:
         """Whether a cost rests on one sample of this generation, with no first-decode extra
