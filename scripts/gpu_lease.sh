@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check in one short lease (under 10 minutes on an H200, the CUDA build included),
 # each step under its own time limit so that one that hangs or crashes leaves the others'
-# results; everything lands in OUT_DIR. GPU_LEASE_SECONDS (570) bounds the whole; the last
+# results; everything lands in OUT_DIR. GPU_LEASE_SECONDS (590) bounds the whole; the last
 # step gets what is left.
 #
 #   scripts/gpu_lease.sh OUT_DIR
@@ -22,7 +22,7 @@ export PYTHONFAULTHANDLER=1 PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$
 step() { echo "gpu_lease: $* (${SECONDS}s in)" >&2; }
 
 step "build"
-GPU_CHECK_BUILD_ONLY=1 timeout 330 bash scripts/gpu_check.sh >"$OUT_DIR/build.log" 2>&1 || {
+GPU_CHECK_BUILD_ONLY=1 timeout 400 bash scripts/gpu_check.sh >"$OUT_DIR/build.log" 2>&1 || {
     tail -n 30 "$OUT_DIR/build.log" >&2; exit 2; }
 PY=python3
 [ -d "${GPU_BUNDLE:-.gpu}" ] || PY="${VENV:-.venv-gpu}/bin/python"
@@ -37,6 +37,6 @@ timeout 40 "$PY" -m pytest -q -x -p no:cacheprovider tests/test_engine_greedy.py
 step "gpu_check's benchmark"
 GPU_CHECK_RUNS=${GPU_CHECK_RUNS:-2} GPU_CHECK_TESTS=${GPU_CHECK_TESTS:-tests/test_mtp.py} \
     GPU_CHECK_TEST_SECONDS=${GPU_CHECK_TEST_SECONDS:-30} \
-    timeout $(( ${GPU_LEASE_SECONDS:-570} - SECONDS > 10 ? ${GPU_LEASE_SECONDS:-570} - SECONDS : 10 )) bash scripts/gpu_check.sh "$OUT_DIR/gpu-check.json" \
+    timeout $(( ${GPU_LEASE_SECONDS:-590} - SECONDS > 10 ? ${GPU_LEASE_SECONDS:-590} - SECONDS : 10 )) bash scripts/gpu_check.sh "$OUT_DIR/gpu-check.json" \
     >"$OUT_DIR/gpu-check.log" 2>&1
 step "done"
