@@ -161,3 +161,9 @@ def test_run_settings_are_validated_by_runspec_alone():
                           "p_min", "max_tokens") and isinstance(p.type, (click.IntRange, click.FloatRange)):
                 ranged.append(f"{name} {p.name}")
     assert not ranged, ranged
+
+
+def test_the_policy_package_is_small_modules():
+    """Every module of the adaptive policy stays at 400 lines or fewer (issue 38's limit)."""
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "localspec" / "engine" / "policy").glob("*.py")}
+    assert max(sizes.values()) <= 400, sizes

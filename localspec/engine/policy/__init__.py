@@ -3,7 +3,8 @@
 :func:`policy_for` builds the policy a :class:`~localspec.engine.spec.RunSpec` asks for.
 The adaptive one is small parts with one job each: :mod:`.params` (every tunable),
 :mod:`.costs` (what rounds cost), :mod:`.acceptance` (how far drafts get accepted),
-:mod:`.predict` (pure predictions), :mod:`.adaptive` (the controller and its states) and
+:mod:`.predict` (pure predictions), :mod:`.adaptive` (the controller and its states),
+:mod:`.report` (what it says of itself) and
 :mod:`.chain` (a lookup -> model chain), :mod:`.pair` (two draft models). See docs/adaptive-policy.md.
 """
 

@@ -14,7 +14,7 @@ from enum import Enum
 
 from ...errors import BadInput
 from ..events import Step
-from . import predict
+from . import predict, report
 from .acceptance import AcceptanceModel
 from .costs import CostModel
 from .params import DEFAULT, Params
@@ -152,6 +152,8 @@ class AdaptivePolicy:
     def _count(self, r: Step, own: bool, now: float) -> None:
         """Every round: its tokens, its target decode and its time beyond the decodes (the
         policy's own time left out: it is measured apart, see :meth:`_timed`)."""
+        if not self.drafting and not (own and r.probe and self.state is State.PROBING):
+            self.since_probe += r.emitted
         if self.t_last is not None and self.p.measure_loop:
             rest = max(now - self.t_last - r.draft_seconds - r.verify_seconds, 0.0)
             if r.k == 0:
@@ -172,23 +174,14 @@ class AdaptivePolicy:
         every observed round, so by drafting, and not by the quiet rounds of a pause."""
         start = self.clock()
         note = learn(start)
-        if not self.p.own_apart:
-            self.t_last = start     # (ablation: its time falls in the next round's, plain or not)
-            return note
-        self.t_last = self.clock()
-        if self.p.measure_loop:
+        self.t_last = self.clock() if self.p.own_apart else start   # (ablation: in the next round's time)
+        if self.p.own_apart and self.p.measure_loop:
             self.costs.add_own(self.t_last - start)
         return note
 
     def observe_other(self, r: Step) -> str | None:
         """A round another drafter of a chain drafted: only the target's cost and the tokens."""
-        return self._timed(lambda now: self._other(r, now))
-
-    def _other(self, r: Step, now: float) -> str | None:
-        if not self.drafting:
-            self.since_probe += r.emitted
-        self._count(r, False, now)
-        return self.opening_note()
+        return self._timed(lambda now: self._count(r, False, now) or self.opening_note())
 
     def observe_unused(self, k: int, drafted: int, accepted: int) -> None:
         """A one-hot draft a chain did not verify, judged against what the target emitted (in
@@ -205,11 +198,10 @@ class AdaptivePolicy:
         return self._timed(lambda now: self._learn(r, now))
 
     def _learn(self, r: Step, now: float) -> str | None:
-        if not self.drafting and not (r.probe and self.state is State.PROBING):
-            self.since_probe += r.emitted
-            self._count(r, True, now)
-            return self.opening_note()
+        paused = not self.drafting and not (r.probe and self.state is State.PROBING)
         self._count(r, True, now)
+        if paused:
+            return self.opening_note()
         if r.k > 0 and r.draft_steps > 0:
             self.draft_rounds += 1
             self.costs.add_draft(r.draft_steps, r.draft_seconds - r.wait_seconds,
@@ -359,15 +351,15 @@ class AdaptivePolicy:
 
     def _start_seeded(self, ended_paused: bool) -> None:
         """Start paused when an earlier generation's costs say drafting loses even read
-        optimistically, or it ended paused and they predict no gain."""
+        optimistically, or it ended paused and they predict no gain; on costs that were each
+        one sample there (maybe a GPU's first decodes), only for a draft too dear to pay even
+        at the plain step's price per batch, all accepted."""
         if not self.costs.known:
             return
         self.state = State.DRAFTING
         k_best, s_best = predict.best(self.curve(), self.k)
         self.predicted_speedup = s_best
         self._reason = "starting from the costs measured last time"
-        # (on costs that were each one sample, maybe a GPU's first decodes, only a draft too
-        # dear to pay even at the plain step's price per batch, all accepted)
         if (self.can_pause and self.p.seeded_pause and s_best <= 1.0
                 and not (self.p.lone_guard and self.costs.weak and not self._draft_alone_loses())
                 and (ended_paused or self.bounds()[1] < 1.0)):
@@ -375,15 +367,12 @@ class AdaptivePolicy:
             self._pause("from the last run")
 
     def _draft_alone_loses(self) -> bool:
-        """Whether drafting loses even with every verify batch at the plain step's cost and
-        every token accepted: the draft's own cost decides."""
-        c = self.costs
-        plain = c.plain()
-        first, step = c.draft_seconds()
-        cont, acc = self.acc.rates(1.0)
-        table = [0.0] + [plain] * (self.ladder[-1] + 1)
-        best = predict.speedups(predict.curve(table, self.ladder, cont, acc, first + c.loop(True), step, c.loop(False)))
-        return max(best.values(), default=0.0) < 1.0
+        """Whether drafting loses with every verify batch at the plain step's cost and every
+        token accepted: the draft's own cost decides."""
+        c, (cont, acc), (first, step) = self.costs, self.acc.rates(1.0), self.costs.draft_seconds()
+        flat = [0.0] + [c.plain()] * (self.ladder[-1] + 1)
+        return max(predict.speedups(predict.curve(flat, self.ladder, cont, acc, first + c.loop(True), step,
+                                                  c.loop(False))).values(), default=0.0) < 1.0
 
     @property
     def reason(self) -> str:   # the latest reasoning, in plain words
@@ -392,15 +381,7 @@ class AdaptivePolicy:
         return self._reason
 
     def _explain(self, why: str | None) -> str:
-        c1, cd = self.costs.plain(), self.costs.draft_first()
-        mean, lo, hi = self.acc.bounds()
-        head = (f"draft step costs {cd / c1:.2f} of a target step, acceptance {mean:.2f} ({lo:.2f}-{hi:.2f}); "
-                f"K={self.k} predicted {self.predicted_speedup:.2f}x") if c1 and cd else ""
-        if why:
-            head = f"{why}: {head}" if head else why
-        if self.state is State.PAUSED:
-            return f"{head}; drafting paused (next probe after {self.probe_every} tokens)"
-        return head
+        return report.explain(self, why, self.state is State.PAUSED)
 
     def describe(self) -> str:
         return (f"adaptive K in [{self.draft_min}, {self.draft_max}]" + (f", p_min {self.p_min}" if self.p_min else "")
@@ -414,18 +395,4 @@ class AdaptivePolicy:
                 "k": self.k, "drafting": self.drafting}
 
     def estimates(self) -> dict:
-        c, (mean, lo, up) = self.costs, self.acc.bounds()
-        c1, cd = c.plain(), c.draft_first()
-        exp, hi, cost_only = self.bounds() if c.known else (None, None, None)
-        return {"adaptive": True, "k": self.k_now, "state": self.state.value, "drafting": self.drafting,
-            "reason": self.reason, "seeded": self.seeded, "predicted_speedup": self.predicted_speedup,
-            "speedup_upper_bound": hi, "speedup_if_all_accepted": cost_only,
-            "draft_step_seconds": cd, "draft_next_step_seconds": c.next.value if c.multi else None,
-            "target_step_seconds": c1, "target_step_samples": c.verify[1].n if 1 in c.verify else 0,
-            "draft_cost_ratio": (cd / c1) if (c1 and cd) else None, "catchup_seconds_per_token": c.catchup,
-            "first_decode_extra_seconds": c.first_extra(),
-            "verify_seconds_by_batch": {str(b): v for b, v in c.by_size().items()},
-            "round_seconds_beyond_decodes": {"drafting": c.overhead[True].value, "plain": c.overhead[False].value,
-                                             "policy": c.own.value},
-            "acceptance": mean, "acceptance_interval": [lo, up], "pauses": self.pauses, "probes": self.probes,
-            "acceptance_shifts": self.acc.shifts, "probe_every_tokens": self.probe_every}
+        return report.estimates(self)

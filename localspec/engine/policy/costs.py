@@ -295,7 +295,8 @@ class CostModel:
         return s.n == 1 and not self._extra(self.build[1 if draft else 0])
 
     def to_dict(self) -> dict:
-        lone = [b for b, s in sorted(self.verify.items()) if self._lone(s)] + ([0] if self._lone(self.first, True) else [])
+        lone = [b for b, s in sorted(self.verify.items()) if self._lone(s)]
+        lone += [0] if self._lone(self.first, True) else []
         return {"verify": {str(b): v for b, v in self.by_size().items()}, "lone": lone,
                 "first_extra": [list(self.build[0]), list(self.build[1])],
                 "draft_first": self.draft_first(), "draft_next": self.next.value, "multi": self.multi,
