@@ -6,6 +6,7 @@ end of each answer (draft/target cost ratio, verify cost by batch, loop time, st
 
     python scripts/gpu_diag.py [--tokens 256] [--runs 2] > diag.json
     python scripts/gpu_diag.py --load-probe > load.json   # which tiny test models load offloaded
+    python scripts/gpu_diag.py --first-decodes > first.json   # what a batch size's first decode costs
 
 ``--load-probe`` loads each of a few tiny test models (tests/tiny) in a process of its own,
 every layer offloaded, and reports its exit status, llama.cpp's last log lines and, for a
@@ -31,7 +32,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "scripts"), str(ROOT)]
 from bench_overhead import python_ms_per_token, run  # noqa: E402
 from tiny import TinySpec, TinyZoo, bpe_vocab, qwen35_spec, write_model  # noqa: E402
 
-from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
+from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig, Step  # noqa: E402
 
 KEEP = ("state", "k", "reason", "draft_cost_ratio", "target_step_seconds", "draft_step_seconds",
         "verify_seconds_by_batch", "round_seconds_beyond_decodes", "acceptance", "pauses", "probes")
@@ -119,6 +120,26 @@ def load_probe(work: Path) -> int:
     return 0
 
 
+def first_decodes(engine: Engine, prompt: list[int], drafter: DrafterKind, answers: int = 3) -> dict:
+    """Each batch size's verify seconds in order, per answer, over ``answers`` answers in a row
+    at each fixed K of 1, 3 and 8 (the policy's open question: is a size's dear first decode
+    paid once per answer, once per context, or once per process?)."""
+    greedy = SamplingConfig(temperature=0.0)
+    out: dict = {}
+    for k in (1, 3, 8):
+        spec = RunSpec(drafter=drafter, sampling=greedy, max_tokens=48, adaptive=False, draft_max=k)
+        rows = []
+        for _ in range(answers):
+            engine.reset()
+            by_size: dict[str, list[float]] = {}
+            for ev in engine.run(prompt, spec):
+                if isinstance(ev, Step) and ev.verify_batch:
+                    by_size.setdefault(str(ev.verify_batch), []).append(round(ev.verify_seconds * 1000, 3))
+            rows.append({b: xs[:4] for b, xs in by_size.items()})
+        out[f"K={k}"] = rows
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokens", type=int, default=256)
@@ -126,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--width", type=int, default=2048)
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--load-probe", action="store_true", help="which tiny test models load offloaded")
+    ap.add_argument("--first-decodes", action="store_true",
+                    help="each batch size's first decodes (ms), answer after answer, at fixed K")
     a = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="gpu-diag-"))
     if a.load_probe:
@@ -147,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
                                           n_ctx=4096), DrafterKind.MODEL)]
     for name, config, drafter in pairs:
         with Engine(config) as e:
+            prompt = e.tokenize("The quick brown fox")
             res = {"pair": name, "backend": e.describe()["target"]["backend"],
-                   **cells(e, e.tokenize("The quick brown fox"), drafter, a.tokens, a.runs)}
+                   **(first_decodes(e, prompt, drafter) if a.first_decodes
+                      else cells(e, prompt, drafter, a.tokens, a.runs))}
         print(json.dumps(res), flush=True)
     return 0
 

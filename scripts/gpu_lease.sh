@@ -9,9 +9,10 @@
 # 1. build.log: the CUDA build (scripts/gpu_check.sh, GPU_CHECK_BUILD_ONLY=1).
 # 2. diag.jsonl: the policy on the GPU (scripts/gpu_diag.py): target alone, the default and
 #    fixed K on a 1B-class generated pair and a qwen35 target with its MTP head.
-# 3. load.jsonl: which tiny test models load with every layer offloaded (gpu_diag --load-probe).
-# 4. greedy.log: tests/test_engine_greedy.py offloaded, Python's fault handler on.
-# 5. gpu-check.json and gpu-check.log: scripts/gpu_check.sh's benchmark (GPU_CHECK_RUNS=2).
+# 3. first.jsonl: each batch size's first decodes, answer after answer (gpu_diag --first-decodes).
+# 4. load.jsonl: which tiny test models load with every layer offloaded (gpu_diag --load-probe).
+# 5. greedy.log: tests/test_engine_greedy.py offloaded, Python's fault handler on.
+# 6. gpu-check.json and gpu-check.log: scripts/gpu_check.sh's benchmark (GPU_CHECK_RUNS=2).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,6 +31,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"
 
 step "policy on the GPU"
 timeout 110 "$PY" scripts/gpu_diag.py --tokens 256 --runs 2 >"$OUT_DIR/diag.jsonl" 2>"$OUT_DIR/diag.log"
+step "first decodes"
+timeout 60 "$PY" scripts/gpu_diag.py --first-decodes >"$OUT_DIR/first.jsonl" 2>"$OUT_DIR/first.log"
 step "load probe"
 timeout 50 "$PY" scripts/gpu_diag.py --load-probe >"$OUT_DIR/load.jsonl" 2>&1
 step "greedy tests"
