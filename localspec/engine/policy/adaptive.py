@@ -151,7 +151,7 @@ class AdaptivePolicy:
 
     def _count(self, r: Step, own: bool, now: float) -> None:
         """Every round: its tokens, its target decode and its time beyond the decodes (the
-        policy's own time left out: it is measured apart, see :meth:`_timed`)."""
+        policy's own time left out: it is measured apart, see :meth:`_own`)."""
         if not self.drafting and not (own and r.probe and self.state is State.PROBING):
             self.since_probe += r.emitted
         if self.t_last is not None and self.p.measure_loop:
@@ -169,11 +169,9 @@ class AdaptivePolicy:
             self.since_plain += 1
         self._cache = {}
 
-    def _timed(self, learn: Callable[[float], str | None]) -> str | None:
-        """Run ``learn`` (given the clock's reading) and measure the policy's own time: paid by
-        every observed round, so by drafting, and not by the quiet rounds of a pause."""
-        start = self.clock()
-        note = learn(start)
+    def _own(self, start: float, note: str | None) -> str | None:
+        """The policy's own time since ``start`` (its observation of a round): paid by every
+        observed round, so by drafting, and not by the quiet rounds of a pause."""
         self.t_last = self.clock() if self.p.own_apart else start   # (ablation: in the next round's time)
         if self.p.own_apart and self.p.measure_loop:
             self.costs.add_own(self.t_last - start)
@@ -181,7 +179,9 @@ class AdaptivePolicy:
 
     def observe_other(self, r: Step) -> str | None:
         """A round another drafter of a chain drafted: only the target's cost and the tokens."""
-        return self._timed(lambda now: self._count(r, False, now) or self.opening_note())
+        start = self.clock()
+        self._count(r, False, start)
+        return self._own(start, self.opening_note())
 
     def observe_unused(self, k: int, drafted: int, accepted: int) -> None:
         """A one-hot draft a chain did not verify, judged against what the target emitted (in
@@ -195,7 +195,8 @@ class AdaptivePolicy:
 
     def observe(self, r: Step) -> str | None:
         """Learn from a finished round; a sentence when drafting turns on or off."""
-        return self._timed(lambda now: self._learn(r, now))
+        start = self.clock()
+        return self._own(start, self._learn(r, start))
 
     def _learn(self, r: Step, now: float) -> str | None:
         paused = not self.drafting and not (r.probe and self.state is State.PROBING)

@@ -287,7 +287,8 @@ class CostModel:
         """Whether the carried plain step, or every drafting batch, was one sample: first
         decodes (a GPU's graph being built: 5-50x the step on an H200) read as costs."""
         lone = self.lone
-        return 1 in lone or any(b > 1 for b in self.verify) and all(b in lone for b in self.verify if b > 1)
+        drafting = [b for b in self.verify if b > 1]
+        return 1 in lone or (bool(drafting) and all(b in lone for b in drafting))
 
     def _lone(self, s: Samples, draft: bool = False) -> bool:
         """Whether a cost rests on one sample of this generation, with no first-decode extra
