@@ -131,11 +131,11 @@ def read_json(name: str) -> dict:
         return _load(p)
 
 
-def update_json(name: str, change: Callable[[dict], T]) -> T:
+def update_json(name: str | Path, change: Callable[[dict], T]) -> T:
     """Read, change and write back a small JSON store, all under its lock.
 
     Args:
-        name: the file's name in :func:`home`.
+        name: the file's name in :func:`home` (or its full path).
         change: called with the stored object (empty when missing or unreadable); it
             changes the object in place, and what it returns is returned.
 
@@ -146,7 +146,7 @@ def update_json(name: str, change: Callable[[dict], T]) -> T:
         StateLockTimeout: another process held the lock for :data:`LOCK_TIMEOUT` seconds.
         OSError: the home is not writable.
     """
-    p = home() / name
+    p = home() / name if isinstance(name, str) else name
     with locked(p):
         data = _load(p)
         result = change(data)

@@ -18,11 +18,14 @@ With ``--parallel N``: slots side by side with llama-server (built from the vend
 by ``scripts/build_reference.sh .cache/reference llama-server``), on one pair (``--pair``: demo,
 or the generated ``pays``/``loses`` pairs of scripts/bench_policy.py): N concurrent clients'
 aggregate tok/s for llama-server ``-np N`` and ``localspec serve --parallel N``, each without
-and with the draft; one client against ``localspec serve --parallel 1``; and whether each
-concurrent greedy answer is the one the same request gets alone. Settings alternate within
-each run (a rotating order); medians.
+and with the draft; one client (each prompt in turn) against ``localspec serve --parallel 1``;
+and whether each concurrent greedy answer is the one the same request gets alone. Settings alternate within
+each run (a rotating order); medians over every run. ``--sessions S`` starts fresh server
+processes S times (a process keeps the core it landed on, and cores here differ in speed for
+minutes at a time).
 
-    python scripts/bench_server.py --parallel 4 --pair demo --clients 4 -n 96 --runs 5 --threads 1 --ctx 1024
+    python scripts/bench_server.py --parallel 4 --pair demo --clients 4 -n 96 --runs 5 --sessions 3 \
+        --threads 1 --ctx 1024
 """
 
 from __future__ import annotations
@@ -257,11 +260,8 @@ def parallel_servers(a, target: str, draft: str) -> dict[str, tuple[list[str], i
     return servers
 
 
-def parallel_main(a) -> None:
-    target, draft = pair_paths(a.pair)
-    prompts = [f"Here is a long paragraph about {PAR_TOPICS[i % len(PAR_TOPICS)]}:\n\n" for i in range(a.clients)]
-    load_before = os.getloadavg()
-    specs = parallel_servers(a, target, draft)
+def _parallel_session(a, specs, prompts, together, one, identical, session) -> None:
+    """One set of fresh servers: a warm-up, each answer alone, then ``a.runs`` rotating runs."""
     servers = {}
     try:
         for name, (cmd, port) in specs.items():
@@ -270,9 +270,6 @@ def parallel_main(a) -> None:
         # each request alone on the server with the draft: what concurrent answers are compared with
         alone = {name: [servers[name].complete(p, a.n)["text"] for p in prompts]
                  for name in ("localspec", "localspec+draft")}
-        together = {name: [] for name in servers if name != "localspec+draft -np 1"}
-        one = {"localspec+draft": [], "localspec+draft -np 1": []}
-        identical = {name: [] for name in ("localspec", "localspec+draft")}
         for r in range(a.runs):
             names = list(together)
             names = names[r % len(names):] + names[:r % len(names)]
@@ -282,13 +279,29 @@ def parallel_main(a) -> None:
                 if name in identical:
                     identical[name].append(sum(x == y for x, y in zip(res["texts"], alone[name])))
             for name in (list(one) if r % 2 == 0 else list(one)[::-1]):
-                res = servers[name].complete(prompts[r % len(prompts)], a.n)
-                one[name].append(res["tokens"] / res["wall_s"])
-            print(f"run {r + 1}/{a.runs}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in together.items())
+                # every prompt in turn, one at a time: a single short request is mostly noise
+                res = [servers[name].complete(p, a.n) for p in prompts]
+                one[name].append(sum(x["tokens"] for x in res) / sum(x["wall_s"] for x in res))
+            print(f"session {session + 1}/{a.sessions} run {r + 1}/{a.runs}: "
+                  + ", ".join(f"{k} {v[-1]:.1f}" for k, v in together.items())
                   + " tok/s; one client " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in one.items()), file=sys.stderr)
     finally:
         for srv in servers.values():
             srv.close()
+
+
+def parallel_main(a) -> None:
+    target, draft = pair_paths(a.pair)
+    prompts = [f"Here is a long paragraph about {PAR_TOPICS[i % len(PAR_TOPICS)]}:\n\n" for i in range(a.clients)]
+    load_before = os.getloadavg()
+    specs = parallel_servers(a, target, draft)
+    together = {name: [] for name in specs if name != "localspec+draft -np 1"}
+    one = {"localspec+draft": [], "localspec+draft -np 1": []}
+    identical = {name: [] for name in ("localspec", "localspec+draft")}
+    for session in range(a.sessions):
+        # Fresh processes each session: a long-lived process keeps the core it landed on, and
+        # this machine's cores differ in speed for minutes at a time (other tenants).
+        _parallel_session(a, specs, prompts, together, one, identical, session)
 
     med = {k: median(v) for k, v in together.items()}
     ratios = {"localspec_vs_llama_server": med["localspec"] / med["llama-server"] if "llama-server" in med else None,
@@ -299,11 +312,12 @@ def parallel_main(a) -> None:
                                                     / median(one["localspec+draft -np 1"]))}
     out = {
         "what": f"{a.clients} concurrent clients, llama-server -np {a.parallel} vs localspec serve --parallel "
-                f"{a.parallel}, each without and with the draft; one client vs --parallel 1; alternating, medians",
+                f"{a.parallel}, each without and with the draft; one client (the prompts one after another) "
+                "vs --parallel 1; alternating, medians",
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_average_before": load_before, "load_average_after": os.getloadavg()},
         "pair": a.pair, "target": target, "draft": draft, "n_tokens": a.n, "threads": a.threads, "ctx": a.ctx,
-        "parallel": a.parallel, "clients": a.clients, "runs": a.runs,
+        "parallel": a.parallel, "clients": a.clients, "runs": a.runs, "sessions": a.sessions,
         "commands": {k: " ".join(v[0]) for k, v in specs.items()},
         "together_tok_s": together, "median_together_tok_s": med,
         "one_client_tok_s": one, "median_one_client_tok_s": {k: median(v) for k, v in one.items()},
@@ -331,6 +345,8 @@ def main() -> None:
     ap.add_argument("--concurrent-runs", type=int, default=3)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--parallel", type=int, help="slots side by side with llama-server (see above)")
+    ap.add_argument("--sessions", type=int, default=1,
+                    help="with --parallel: sets of fresh server processes, each running --runs runs")
     ap.add_argument("--pair", choices=["demo", "pays", "loses"], default="demo")
     ap.add_argument("--llama-server", default=str(ROOT / ".cache" / "reference" / "build" / "bin" / "llama-server"),
                     help="llama-server's binary ('' to leave it out)")

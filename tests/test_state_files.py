@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ WRITER = textwrap.dedent("""
             tuning.store(key, {{"draft_max": i}})
         elif which == "learned":
             memory.Memory(sys.argv[4], None, "cpu").put(key, {{"k": i}})
+            memory.flush()
         elif which == "registry":
             Store().add_model(ModelEntry(name=key, path="/nowhere/" + key))
 """).format(writes=WRITES)
@@ -147,8 +149,58 @@ def test_learned_state_outlives_a_stuck_lock_in_the_process(tmp_path, monkeypatc
         assert holder.stdout.readline().strip() == "held"
         m = memory.Memory(str(model), None, "cpu")
         m.put("model", {"k": 1})
+        memory.flush()      # the write waits for the lock, gives up, and raises nothing
         assert m.get("model") == {"k": 1}
         assert memory.Memory(str(model), None, "cpu").get("model") is None
     finally:
         holder.communicate("")
     assert not (tmp_path / memory.FILE).exists()
+
+
+def test_learned_states_are_written_together_off_the_callers_thread(tmp_path, monkeypatch):
+    """A put returns without touching the disk (a server's engine thread must not pay ~5 ms a
+    request); a timer, or flush, writes what waits, to the home of the put; a new Memory in
+    the process sees a state still waiting."""
+    from localspec.engine import memory
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    first, second = tmp_path / "one", tmp_path / "two"
+    monkeypatch.setenv("LOCALSPEC_HOME", str(first))
+    monkeypatch.setattr(memory, "WRITE_DELAY", 3600.0)
+    m = memory.Memory(str(model), None, "cpu")
+    m.put("model", {"k": 1})
+    m.put("ngram", {"k": 2})
+    assert not (first / memory.FILE).exists()
+    assert memory.Memory(str(model), None, "cpu").get("ngram") == {"k": 2}
+    monkeypatch.setenv("LOCALSPEC_HOME", str(second))
+    memory.flush()
+    stored = json.loads((first / memory.FILE).read_text())
+    assert sorted(e["drafter"] for e in stored.values()) == ["model", "ngram"]
+    assert not (second / memory.FILE).exists()
+
+    monkeypatch.setattr(memory, "WRITE_DELAY", 0.01)
+    memory.Memory(str(model), None, "cpu").put("model", {"k": 3})   # in `second`, by the timer
+    deadline = time.monotonic() + 30
+    while not (second / memory.FILE).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stored = json.loads((second / memory.FILE).read_text())
+    assert [e["state"] for e in stored.values()] == [{"k": 3}]
+
+
+def test_forgetting_drops_waiting_writes(tmp_path, monkeypatch):
+    from localspec.engine import memory
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    monkeypatch.setattr(memory, "WRITE_DELAY", 3600.0)
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    m = memory.Memory(str(model), None, "cpu")
+    m.put("model", {"k": 1})
+    m.forget()
+    memory.flush()
+    assert memory.load() == {}
+    m.put("model", {"k": 1})
+    memory.reset()
+    memory.flush()
+    assert memory.load() == {}

@@ -22,6 +22,7 @@ from .drafters import Drafter, ModelDrafter, NgramDrafter
 from .events import Event
 from .generator import Generator
 from .memory import Memory
+from .memory import flush as flush_learned
 from .mtp import MtpDrafter, open_mtp_head
 from .pair import PairDrafter
 from .policy import LOOKUP, MODEL, ChainPolicy, PairPolicy, policy_for
@@ -413,6 +414,7 @@ class Engine:
 
     def close(self) -> None:
         self._settle_draft()
+        flush_learned()
         if self._runner is not None:
             self._runner.close()
             self._runner = None
