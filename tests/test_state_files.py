@@ -204,3 +204,23 @@ def test_forgetting_drops_waiting_writes(tmp_path, monkeypatch):
     memory.reset()
     memory.flush()
     assert memory.load() == {}
+
+
+def test_a_drafter_with_nothing_stored_reads_the_file_once(tmp_path, monkeypatch):
+    """A server asks for the learned state at every request: a drafter the file has nothing
+    for is not read again (a locked read is ~1 ms); what this process learns still counts."""
+    from localspec.engine import memory
+
+    monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    reads = []
+    real = memory.load
+    monkeypatch.setattr(memory, "load", lambda: reads.append(1) or real())
+    m = memory.Memory(str(model), None, "cpu")
+    assert [m.get("model") for _ in range(5)] == [None] * 5
+    assert len(reads) == 1
+    m.put("model", {"k": 1})
+    assert m.get("model") == {"k": 1} and len(reads) == 1
+    m.forget()
+    assert m.get("model") is None and len(reads) == 2

@@ -101,6 +101,7 @@ class Memory:
         self.target, self.draft, self.backend = target, draft, backend
         self.persist = persist
         self._states: dict[str, dict] = {}
+        self._absent: set[str] = set()      # drafters the file had no state for (not read again)
         self._key: str | None = None
 
     def key(self, drafter: str) -> str | None:
@@ -112,8 +113,9 @@ class Memory:
         return f"{self._key}|{drafter}"
 
     def get(self, drafter: str) -> dict | None:
-        """The last state learned with this drafter: this process's, else the stored one."""
-        if drafter not in self._states and self.persist:
+        """The last state learned with this drafter: this process's, else the stored one (the
+        file is read once per drafter: a server asks for every request)."""
+        if drafter not in self._states and drafter not in self._absent and self.persist:
             key = self.key(drafter)
             entry = _waiting(key) if key else None
             try:
@@ -122,6 +124,8 @@ class Memory:
                 entry = None
             if isinstance(entry, dict) and isinstance(entry.get("state"), dict):
                 self._states[drafter] = entry["state"]
+            else:
+                self._absent.add(drafter)
         return self._states.get(drafter)
 
     def put(self, drafter: str, state: dict) -> None:
@@ -152,6 +156,7 @@ class Memory:
     def forget(self) -> None:
         """Forget this pair's states here and on disk."""
         self._states.clear()
+        self._absent.clear()
         if self.persist and self._key is not None:
             prefix = self._key + "|"
             _drop(prefix)
