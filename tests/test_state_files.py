@@ -166,6 +166,7 @@ def test_learned_states_are_written_together_off_the_callers_thread(tmp_path, mo
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     first, second = tmp_path / "one", tmp_path / "two"
+    memory.flush()   # nothing of an earlier test waits, and no timer runs
     monkeypatch.setenv("LOCALSPEC_HOME", str(first))
     monkeypatch.setattr(memory, "WRITE_DELAY", 3600.0)
     m = memory.Memory(str(model), None, "cpu")
@@ -191,6 +192,7 @@ def test_learned_states_are_written_together_off_the_callers_thread(tmp_path, mo
 def test_forgetting_drops_waiting_writes(tmp_path, monkeypatch):
     from localspec.engine import memory
 
+    memory.flush()
     monkeypatch.setenv("LOCALSPEC_HOME", str(tmp_path))
     monkeypatch.setattr(memory, "WRITE_DELAY", 3600.0)
     model = tmp_path / "m.gguf"

@@ -27,6 +27,7 @@ WRITE_DELAY = 2.0     # seconds a learned state may wait before it is written
 
 _pending: dict[Path, dict[str, dict]] = {}    # file -> key -> entry, not yet written
 _guard = threading.Lock()
+_writing = threading.Lock()   # held while pending states are written: a reset never races a write
 _timer: threading.Timer | None = None
 
 
@@ -44,17 +45,18 @@ def flush() -> None:
     """Write every learned state still waiting (a file whose lock another process holds
     for too long keeps its states in this process only)."""
     global _timer
-    with _guard:
-        pending = dict(_pending)
-        _pending.clear()
-        timer, _timer = _timer, None
-    if timer is not None and timer is not threading.current_thread():
-        timer.cancel()
-    for path, entries in pending.items():
-        try:
-            update_json(path, lambda data, entries=entries: data.update(entries))
-        except (OSError, StateLockTimeout):
-            pass   # a read-only home, or a process hanging on the file
+    with _writing:
+        with _guard:
+            pending = dict(_pending)
+            _pending.clear()
+            timer, _timer = _timer, None
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
+        for path, entries in pending.items():
+            try:
+                update_json(path, lambda data, entries=entries: data.update(entries))
+            except (OSError, StateLockTimeout):
+                pass   # a read-only home, or a process hanging on the file
 
 
 atexit.register(flush)
@@ -90,8 +92,9 @@ def reset() -> int:
         data.clear()
         return n
 
-    _drop("")
-    return update_json(FILE, clear)
+    with _writing:
+        _drop("")
+        return update_json(FILE, clear)
 
 
 class Memory:
@@ -159,10 +162,11 @@ class Memory:
         self._absent.clear()
         if self.persist and self._key is not None:
             prefix = self._key + "|"
-            _drop(prefix)
 
             def drop(data: dict) -> None:
                 for k in [k for k in data if k.startswith(prefix)]:
                     del data[k]
 
-            update_json(FILE, drop)
+            with _writing:
+                _drop(prefix)
+                update_json(FILE, drop)
