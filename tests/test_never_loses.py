@@ -823,3 +823,40 @@ def test_a_catch_up_nearly_done_is_waited_for_no_longer_than_a_plain_step(tiny_d
         if d is not None:
             d.close()
         model.close()
+
+
+def test_a_context_closed_under_a_running_read_ends_it_with_an_error(tiny_draft):
+    """Closing a context waits for the decode in flight on another thread; the next decode
+    there raises a clear error instead of using freed memory (the process lives on)."""
+    import threading
+
+    import numpy as np
+
+    from localspec.engine.backend import Context, Model
+    from localspec.errors import LocalspecError
+
+    model = Model(str(tiny_draft), gpu_layers=0)
+    try:
+        ctx = Context(model, n_ctx=2048, threads=1)
+        tokens = [int(t) for t in np.random.default_rng(4).integers(5, 200, 2000)]
+        started, outcome = threading.Event(), []
+
+        def read():
+            try:
+                for t in tokens:
+                    ctx.decode([t], logits="none")
+                    started.set()
+                outcome.append("finished")
+            except LocalspecError as exc:
+                outcome.append(str(exc))
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert started.wait(30)
+        ctx.close()
+        reader.join(30)
+        assert not reader.is_alive()
+        assert outcome == ["the context is closed"]
+        assert ctx.ptr is None
+    finally:
+        model.close()

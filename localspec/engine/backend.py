@@ -495,6 +495,10 @@ class Context(NativeHandle):
         self.mem = ll.llama_get_memory(ptr)
         self.tokens: list[int] = []
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        # Held while a chunk is put in the batch and decoded, and while the context is freed:
+        # a read alongside still running when its context closes then fails cleanly instead
+        # of decoding into freed memory.
+        self._in_use = threading.Lock()
         self._n_vocab = model.n_vocab
         self.decode_seconds = 0.0  # time spent inside llama_decode, for overhead accounting
         self.count_decode_time = True   # False: decodes that run beside the loop (not its time)
@@ -700,21 +704,24 @@ class Context(NativeHandle):
             m = len(chunk)
             last_chunk = start + m == n
             base = self.n_past  # the mirror holds the chunks decoded so far
-            for i, t in enumerate(chunk):
-                b_token[i] = t
-                b_pos[i] = base + i
-                b_logits[i] = want > 0 and start + i >= first_out
-            if logits == "last" and last_chunk:
-                b_logits[m - 1] = True
-            b.n_tokens = m
-            t0 = time.perf_counter()
-            if self.guard is None:
-                rc = ll.llama_decode(self.ptr, b)
-                # llama_decode may return before an asynchronous (GPU) backend has finished:
-                # wait, so that the time is the decode's and the next timed region starts clean.
-                ll.llama_synchronize(self.ptr)
-            else:
-                rc = self.guard.call(self._decode_sync)
+            with self._in_use:
+                if not self.ptr:
+                    raise LocalspecError("the context is closed")
+                for i, t in enumerate(chunk):
+                    b_token[i] = t
+                    b_pos[i] = base + i
+                    b_logits[i] = want > 0 and start + i >= first_out
+                if logits == "last" and last_chunk:
+                    b_logits[m - 1] = True
+                b.n_tokens = m
+                t0 = time.perf_counter()
+                if self.guard is None:
+                    rc = ll.llama_decode(self.ptr, b)
+                    # llama_decode may return before an asynchronous (GPU) backend has finished:
+                    # wait, so that the time is the decode's and the next timed region starts clean.
+                    ll.llama_synchronize(self.ptr)
+                else:
+                    rc = self.guard.call(self._decode_sync)
             if self.count_decode_time:
                 self.decode_seconds += time.perf_counter() - t0
             self._last_call = m
@@ -760,6 +767,16 @@ class Context(NativeHandle):
             return
         # A recurrent state cannot drop a tail: go back to a checkpoint (or start over).
         self._restore(n)
+
+    def close(self) -> None:
+        """Free the context (after a decode in flight on another thread, which then is its
+        last: a later one raises LocalspecError)."""
+        lock = getattr(self, "_in_use", None)    # None: __init__ failed before making it
+        if lock is None:
+            super().close()
+            return
+        with lock:
+            super().close()
 
     def _free(self) -> None:
         if self.guard is None or not self.guard.broken:
