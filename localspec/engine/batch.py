@@ -66,7 +66,6 @@ class _Seqs:
             self._nseq[i] = 1
         self._seq = [b.seq_id[i] for i in range(self.n_batch)]   # each position's seq_id array
         self.n_vocab = ctx.model.n_vocab
-        self.seconds = 0.0
         self._views: dict[tuple[int, int], np.ndarray] = {}
 
     def mirror(self, s: int) -> list[int]:
@@ -83,6 +82,9 @@ class _Seqs:
         decodes as the batch size allows; return each item's last rows of logits (copies
         only where a later decode of this call would overwrite them)."""
         out: list[np.ndarray | None] = [None] * len(items)
+        if sum(len(toks) for _, toks, _ in items) <= self.n_batch:    # a round's usual case: one decode
+            self._run(items, range(len(items)), out, copy=False)
+            return out
         group: list[int] = []
         used = 0
         for i, (_, toks, want) in enumerate(items):
@@ -107,13 +109,14 @@ class _Seqs:
             self._run(items, group, out, copy=False)
         return out
 
-    def _run(self, items, group: list[int], out: list, *, copy: bool) -> None:
+    def _run(self, items, group, out: list, *, copy: bool) -> None:
         tok, pos, seq, flag = self._tok, self._pos, self._seq, self._out
-        k = 0
+        k = rows = 0
         for i in group:
             s, toks, want = items[i]
             base = len(self.mirror(s))
             first = len(toks) - want
+            rows += want
             for j, t in enumerate(toks):
                 tok[k] = t
                 pos[k] = base + j
@@ -121,15 +124,12 @@ class _Seqs:
                 flag[k] = j >= first
                 k += 1
         self.batch.n_tokens = k
-        t0 = time.perf_counter()
         rc = self.ctx.remote(self._decode_sync)   # on the context's guard thread with --rpc
-        self.seconds += time.perf_counter() - t0
         if rc != 0:
             for i in group:   # what a failed decode left behind goes
                 s = items[i][0]
                 ll.llama_memory_seq_rm(self.ctx.mem, s, len(self.mirror(s)), -1)
             raise LocalspecError(f"llama_decode failed (code {rc}) in a batch of {k} tokens")
-        rows = sum(items[i][2] for i in group)
         x = self._view(rows) if rows else None
         r = 0
         for i in group:
@@ -273,6 +273,7 @@ class BatchRunner:
         self._pending: list[Generation] = []     # admitted, their prompts not read yet
         self.guard = BatchGuard(clock=clock)
         self.rounds = 0
+        self.ended = 0             # generations that have freed their slot so far
         self.last_batch = 0        # tokens in the last round's target decode
         self.last_draft_batch = 0  # most tokens in one of its draft decodes
 
@@ -434,15 +435,16 @@ class BatchRunner:
     # -- rounds -----------------------------------------------------------------------
     def step(self) -> int:
         """One round for every busy slot; returns how many are still busy."""
-        if not any(self.slots):
+        active = [g for g in self.slots if g is not None]
+        if not active:
             return 0
         with self.engine.lock:
             if self._pending:
                 fresh, self._pending = self._pending, []
                 self._read_prompts(fresh)
-            active = [g for g in self.slots if g is not None]
-            if not active:
-                return 0
+                active = [g for g in self.slots if g is not None]
+                if not active:
+                    return 0
             try:
                 self._round(active)
             except Exception as exc:   # the whole batch failed: each of its generations ends with it
@@ -545,7 +547,7 @@ class BatchRunner:
             g.draft_seconds += ds
             g.decode_seconds += ds + t_verify
             step = Step(g.index, k, n, a, emitted, ds, t_verify, steps > 0 or (asked and g.policy.drafting),
-                        draft_steps=steps, verify_batch=n + 1, probe=probe)
+                        steps, n + 1, probe)     # draft_steps, verify_batch, probe
             g.index += 1
             g.stats.step(step)
             g._put(step)
@@ -625,6 +627,7 @@ class BatchRunner:
         """Free the slot and put the final event (or keep the error)."""
         if self.slots[g.slot] is g:
             self.slots[g.slot] = None
+            self.ended += 1
         if g.finished:
             return
         pol = g.policy

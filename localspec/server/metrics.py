@@ -61,6 +61,7 @@ class Metrics:
                                "draft model's answer, not the target's) or 'target'.", ["answered_by"], registry=r)
         Gauge("localspec_slots", "Slots: requests generated together (--parallel).", registry=r).set(slots)
         self.slots_busy = Gauge("localspec_slots_busy", "Slots generating now (the rest are idle).", registry=r)
+        self._slots_busy = 0
         self.slot_tps = Gauge("localspec_slot_tokens_per_second", "Each slot's last request's tokens per "
                               "second.", ["slot"], registry=r)
         self.slot_acceptance = Gauge("localspec_slot_draft_acceptance", "Each slot's last request's share "
@@ -80,7 +81,9 @@ class Metrics:
     def round(self, batch_tokens: int, busy: int) -> None:
         """A round of the slots: its decode's tokens, and the slots still busy after it."""
         self.figures.batch.observe(batch_tokens)
-        self.slots_busy.set(busy)
+        if busy != self._slots_busy:     # a gauge's set takes a lock: only on a change
+            self._slots_busy = busy
+            self.slots_busy.set(busy)
 
     def slot_done(self, slot: int, tokens_per_second: float, acceptance: float | None) -> None:
         tps, acc = self._slot_children[slot]

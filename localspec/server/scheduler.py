@@ -264,23 +264,16 @@ class Scheduler:
     # -- several slots ------------------------------------------------------------------
     def _loop_slots(self) -> None:
         runner, m = self.runner, self.metrics
+        ended = runner.ended
         while True:
             admit: list[Job] = []
             alone: Job | None = None
-            with self._cv:
-                while not self._queue and not runner.busy and not self._stopped:
-                    self._cv.wait()
-                if not self._queue and not runner.busy:
+            # Between requests a round takes no lock: with nothing queued and a slot busy, the
+            # block below would neither wait nor admit (a deque's length reads safely unlocked).
+            if self._queue or not runner.busy:
+                stop, alone = self._admit(admit)
+                if stop:
                     return
-                free = runner.free
-                while self._queue and len(admit) < free:
-                    if not runner.supports(self._queue[0].spec):
-                        if not runner.busy and not admit:   # its turn: it runs alone
-                            alone = self._current = self._queue.popleft()
-                        break
-                    admit.append(self._queue.popleft())
-                if admit or alone:
-                    self._depth()
             if alone is not None:
                 try:
                     self._run(alone)
@@ -293,7 +286,31 @@ class Scheduler:
             if runner.busy:
                 runner.step()
                 m.round(runner.last_batch, runner.busy)
-            self._reap()
+            if runner.ended != ended:     # a slot freed: answer its job
+                ended = runner.ended
+                self._reap()
+
+    def _admit(self, admit: list[Job]) -> tuple[bool, Job | None]:
+        """Under the lock: wait for work, then move the jobs the free slots take into
+        ``admit``. Returns (stopped with nothing queued or running, a job that must run alone
+        or None)."""
+        runner = self.runner
+        alone: Job | None = None
+        with self._cv:
+            while not self._queue and not runner.busy and not self._stopped:
+                self._cv.wait()
+            if not self._queue and not runner.busy:
+                return True, None
+            free = runner.free
+            while self._queue and len(admit) < free:
+                if not runner.supports(self._queue[0].spec):
+                    if not runner.busy and not admit:   # its turn: it runs alone
+                        alone = self._current = self._queue.popleft()
+                    break
+                admit.append(self._queue.popleft())
+            if admit or alone:
+                self._depth()
+        return False, alone
 
     def _start(self, job: Job) -> None:
         """Put a job into a free slot (its prompt is read and its first token emitted by the next

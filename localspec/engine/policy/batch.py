@@ -67,10 +67,11 @@ class BatchGuard:
 
     def allow(self, n_busy: int) -> bool:
         """Whether slots may draft this round (asked before it)."""
-        self._t0 = self.clock()
         self._measure = False
-        if n_busy < 2:
+        if n_busy < 2:     # a lone slot's round is not timed: it is its own policy's
+            self._t0 = None
             return True
+        self._t0 = self.clock()
         if self.stopped:
             return False
         plain = self._plain.get(n_busy)
@@ -82,8 +83,7 @@ class BatchGuard:
 
     def observe(self, n_busy: int, drafted: bool, tokens: int) -> str | None:
         """A round ended; a sentence when the guard stops or frees drafting."""
-        now = self.clock()
-        seconds = now - self._t0 if self._t0 is not None else 0.0
+        seconds = self.clock() - self._t0 if self._t0 is not None else 0.0
         self._t0 = None
         self.round += 1
         if n_busy < 2 or seconds <= 0:
