@@ -103,9 +103,11 @@ def test_cancelling_one_leaves_the_others_whole(engine, alone):
         if isinstance(ev, Token) and sum(isinstance(e, Token) for e in seen) == 5:
             cancel.set()
 
+    ended = r.ended
     gens = [r.start(engine.tokenize(PROMPTS[1]), _spec(DrafterKind.MODEL), cancel, on_event)]
     gens += [r.start(engine.tokenize(p), _spec(DrafterKind.MODEL)) for p in PROMPTS[2:4]]
     r.run_all()
+    assert r.ended == ended + 3       # each slot freed once (a server answers its job then)
     stopped = gens[0].result()
     assert stopped.stop_reason.value == "cancelled"
     assert 5 <= len(stopped.token_ids) < len(alone[PROMPTS[1]])
@@ -113,6 +115,23 @@ def test_cancelling_one_leaves_the_others_whole(engine, alone):
     for p, g in zip(PROMPTS[2:4], gens[1:]):
         assert g.result().token_ids == alone[p]
     _check_mirrors(engine)
+
+
+def test_only_a_generation_that_ran_alone_seeds_the_next(engine):
+    """A shared round's verify carries every slot's tokens, so its costs are the batch's: a
+    generation that shared one is not remembered (it would seed a lone request with a draft
+    dearer than it is), a lone one is."""
+    r = engine.runner()
+    spec = RunSpec(drafter=DrafterKind.MODEL, sampling=GREEDY, max_tokens=24)   # adaptive
+    engine.memory.forget()
+    gens = [r.start(engine.tokenize(p), spec) for p in PROMPTS[1:3]]
+    r.run_all()
+    assert all(len(g.result().token_ids) == 24 and g.shared for g in gens)
+    assert engine.memory.get(DrafterKind.MODEL.value) is None
+    lone = r.start(engine.tokenize(PROMPTS[2]), spec)
+    r.run_all()
+    assert lone.result().token_ids == gens[1].result().token_ids and not lone.shared
+    assert engine.memory.get(DrafterKind.MODEL.value) == lone.policy.learned()
 
 
 def test_sampled_slots_each_keep_their_own_seed(engine):

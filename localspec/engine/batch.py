@@ -202,6 +202,7 @@ class Generation:
         self.draft_seconds = 0.0
         self.decode_seconds = 0.0
         self.cache_prompt = True
+        self.shared = False      # some round decoded beside other slots' tokens (its costs are the batch's)
         self._model = runner.model
         self._runner = runner
 
@@ -467,6 +468,9 @@ class BatchRunner:
         if not live:
             return
         n_busy = len(live)
+        if n_busy > 1:
+            for g in live:
+                g.shared = True
         allow = self.guard.allow(n_busy)
         # -- how many tokens each slot may draft ----------------------------------------
         plan: list[tuple[Generation, int, bool, bool]] = []   # (gen, k, asked, probe)
@@ -634,7 +638,10 @@ class BatchRunner:
         if g.passed:
             pol.passed(g.passed, g.passed_tokens)
             g.passed = g.passed_tokens = 0
-        self.engine.remember(g.spec, pol)
+        if not g.shared:
+            # A shared round's costs are the batch's (every slot's tokens in one verify): kept,
+            # they would seed later generations, lone ones too, with a draft dearer than it is.
+            self.engine.remember(g.spec, pol)
         if error is not None:
             g.error = error
             return
