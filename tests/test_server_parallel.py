@@ -168,3 +168,19 @@ def test_answers_that_end_with_their_first_token_are_all_answered(smol):
     at once and the next takes it): every one is answered."""
     texts = _ask_all(client(smol), PROMPTS[:3] * 2, max_tokens=1)
     assert len(texts) == 6 and all(isinstance(t, str) for t in texts)
+
+
+def test_a_job_its_slot_refuses_is_answered_and_the_server_left_idle(smol, monkeypatch):
+    """A job whose admission fails (no round frees a slot for it) is answered 400 at once,
+    and the generating gauge goes back to 0."""
+    from localspec.errors import LocalspecError
+
+    def refuse(*args, **kwargs):
+        raise LocalspecError("refused at admission")
+
+    monkeypatch.setattr(smol.scheduler.runner, "admit", refuse)
+    status, _, body = request(smol, "POST", "/v1/completions", {"model": "m", "prompt": "Hi", "max_tokens": 4})
+    assert status == 400 and "refused at admission" in body["error"]["message"]
+    status, _, text = request(smol, "GET", "/metrics")
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert next(iter(families["localspec_generating"].samples)).value == 0

@@ -286,7 +286,7 @@ class Scheduler:
             if runner.busy:
                 runner.step()
                 m.round(runner.last_batch, runner.busy)
-            if runner.ended != ended:     # a slot freed: answer its job
+            if runner.ended != ended or admit:     # a slot freed (or a job was refused): answer it
                 ended = runner.ended
                 self._reap()
 
