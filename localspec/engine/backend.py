@@ -8,6 +8,7 @@ that keeps llama.cpp quiet and remembers its last lines for error messages.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import os
 import re
@@ -771,11 +772,7 @@ class Context(NativeHandle):
     def close(self) -> None:
         """Free the context (after a decode in flight on another thread, which then is its
         last: a later one raises LocalspecError)."""
-        lock = getattr(self, "_in_use", None)    # None: __init__ failed before making it
-        if lock is None:
-            super().close()
-            return
-        with lock:
+        with getattr(self, "_in_use", None) or contextlib.nullcontext():   # None: __init__ failed first
             super().close()
 
     def _free(self) -> None:

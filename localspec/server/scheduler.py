@@ -286,7 +286,7 @@ class Scheduler:
             if runner.busy:
                 runner.step()
                 m.round(runner.last_batch, runner.busy)
-            if runner.ended != ended or admit:     # a slot freed (or a job was refused): answer it
+            if runner.ended != ended:     # a slot freed: answer its job
                 ended = runner.ended
                 self._reap()
 
@@ -343,7 +343,6 @@ class Scheduler:
         slot = self.runner.pick_slot(job.prompt)
         state["slot"] = slot
         live.start(job.id, job.endpoint, job.spec.drafter.value, slot)
-        m.busy.set(1)
         self._slots[slot] = (job, state)
         try:   # read at the next round, with the prompts of the others admitted now
             gen = self.runner.admit(job.prompt, job.spec, job.cancel, on_event, cache_prompt=job.cache_prompt)
@@ -351,6 +350,7 @@ class Scheduler:
             self._slots[slot] = None
             self._end(job, None, exc, 0.0, slot)
             return
+        m.busy.set(1)     # only a job that holds a slot: one refused here leaves nothing to reset
         self._slots[slot] = (job, gen, state)
 
     def _reap(self) -> None:
