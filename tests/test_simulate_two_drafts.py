@@ -11,6 +11,7 @@ import pytest
 from localspec.bench import simulate_drafts as sd
 from localspec.engine.events import Step
 from localspec.engine.policy import LARGE, SMALL, PairPolicy
+from localspec.engine.policy.pair import _rounds
 from localspec.errors import BadInput
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,14 +98,13 @@ def test_report_gives_the_reachable_next_to_the_pair(scenarios):
 
 def test_the_pair_leaves_the_small_draft_soon_after_its_text_turns_hard(scenarios, monkeypatch):
     """On mixed text the small draft, in use when an easy stretch turns hard, hands over
-    within a few rounds: in use (tries aside), it drafts under 11% of the hard stretches'
-    tokens (9% here; 14% when only its policy's ~50-round memory judged it)."""
+    within a few rounds: it drafts under 15% of the hard stretches' tokens (13% here)."""
     s = scenarios["mixed-256"]
     rounds: list[tuple[str, int]] = []
 
     class Recorded(PairPolicy):
         def observe(self, step):
-            rounds.append((step.source if not self.trying else "try", step.emitted))
+            rounds.append((step.source, step.emitted))
             return super().observe(step)
 
     monkeypatch.setattr(sd, "PairPolicy", Recorded)
@@ -119,14 +119,37 @@ def test_the_pair_leaves_the_small_draft_soon_after_its_text_turns_hard(scenario
                 hard += emitted
                 small_in_hard += emitted if source == SMALL else 0
             at += emitted
-    assert hard > 2000 and small_in_hard < 0.11 * hard, (small_in_hard, hard)
+    assert hard > 2000 and small_in_hard < 0.15 * hard, (small_in_hard, hard)
 
 
-def test_the_try_gap_carries_to_the_next_answer(scenarios):
-    """Failed tries of the idle draft widen the gap to the next; the next answer keeps it."""
-    learned = sd.simulate(scenarios["hard"], "both", 0)[2]
-    gap = learned["try_gap"]
-    assert gap > PairPolicy.build(1, 8, None, True).gap
-    assert PairPolicy.build(1, 8, None, True, learned).gap == gap
-    for bad in (10**6, str(gap), 1):
-        assert PairPolicy.build(1, 8, None, True, learned | {"try_gap": bad}).gap == 16
+def test_a_score_reads_the_rounds_a_greedy_draft_would_have_drafted():
+    """Predictions on the text, in rounds of K: a miss ends a round (the target's token
+    follows it), a full round is followed by the target's bonus token, and a round that
+    runs past the text's end is left out."""
+    hits = (True, True, False, True, True, True, False, False, True, True)
+    assert _rounds(hits, 3) == [(2, 1), (3, 0), (0, 1)]
+    assert _rounds((), 3) == [] and _rounds((True,) * 3, 4) == []
+
+
+def test_stale_evidence_gives_way_to_a_score(scenarios):
+    """An answer starts with the large draft in use and evidence from text where it was the
+    better one; on text where the small draft is as good and cheaper, a score of the small
+    one on the tokens it missed finds it faster, and the small draft drafts the rest."""
+    learned = sd.simulate(scenarios["large-better-everywhere"], "both", 0)[2]
+    assert learned["in_use"] == LARGE
+    notes: list[str] = []
+
+    class Noted(PairPolicy):
+        def _switch(self, why):
+            notes.append(why)
+            super()._switch(why)
+
+    s = scenarios["small-as-good-everywhere"]
+    original = sd.PairPolicy
+    sd.PairPolicy = Noted
+    try:
+        _, _, after, drafted = sd.simulate(s, "both", 1, None, learned)
+    finally:
+        sd.PairPolicy = original
+    assert notes and "small draft does better on the same text" in notes[0], notes
+    assert drafted[SMALL] > 3 * drafted[LARGE] and after["in_use"] == SMALL

@@ -66,8 +66,32 @@ def test_two_drafts_hand_over_where_the_small_one_fails(trio):
         done = list(e.run(e.tokenize(PROMPTS[0]), RunSpec(drafter=DrafterKind.MODELS, sampling=GREEDY,
                                                           max_tokens=200)))[-1]
     by = done.summary.by_drafter
-    assert done.policy["pair"] is True and done.policy["switches"] >= 1
+    assert done.policy["pair"] is True and done.policy["switches"] >= 1 and done.policy["scores"] >= 1
     assert by["small"]["drafted"] > 0 and by["large"]["accepted"] > 0.8 * by["large"]["drafted"], by
+
+
+def test_a_draft_scores_the_text_it_missed(trio):
+    """Catching up with predictions: the target scored on its own greedy answer predicts
+    every token of it (the prompt is no text to predict); scoring again covers only what
+    came since; the large draft, right nearly everywhere, predicts nearly every token."""
+    from localspec.engine.backend import Context
+    from localspec.engine.drafters import ModelDrafter
+
+    with engine_for(trio) as e:
+        toks = e.tokenize(PROMPTS[0])
+        answer = list(list(e.run(toks, RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY,
+                                               max_tokens=50)))[-1].token_ids)
+        text = toks + answer
+        for model, least in ((e.target_model, 1.0), (e.draft_ctx.model, 0.9)):
+            d = ModelDrafter(Context(model, n_ctx=128))
+            try:
+                hits, seconds = d.score(text[:len(toks) + 30], start=len(toks))
+                assert len(hits) == 30 and sum(hits) >= least * 30 and seconds > 0, hits
+                more, _ = d.score(text, start=len(toks))
+                assert len(more) == 20 and sum(more) >= least * 20, more
+                assert d.score(text, start=len(toks))[0] == ()      # nothing missed since
+            finally:
+                d.close()
 
 
 def test_cli_two_drafts_json(trio):

@@ -285,6 +285,12 @@ def simulate(s: TwoDrafts, setting: str, seed: int, params: Params | None = None
         k = policy.next_k()
         probe = policy.probe
         name = policy.route if setting in ("both", "oracle") else setting
+        scored, hits, score_s = getattr(policy, "score", ""), (), 0.0
+        if scored:
+            hits = _hits(drafts[scored], s, u, seen[scored], tokens)
+            score_s = timed(drafts[scored].draft_ms / 1000.0 * (1.0 + s.catchup * (len(hits) - 1)), 0)
+            seen[scored] = tokens
+            now[0] += score_s
         a = drafted = steps = 0
         draft_s = sync_s = 0.0
         missing = 0
@@ -307,12 +313,24 @@ def simulate(s: TwoDrafts, setting: str, seed: int, params: Params | None = None
         policy.observe(Step(index=rounds, k=k, drafted=drafted, accepted=a, emitted=emitted, draft_seconds=draft_s,
                             verify_seconds=verify_s, drafting=policy.drafting, draft_steps=steps,
                             verify_batch=drafted + 1, probe=probe, sync_tokens=missing, sync_seconds=sync_s,
-                            source=source))
+                            source=source, scored=scored, scored_hits=hits, score_seconds=score_s))
         if drafted:
             seen[name] = tokens + a
         tokens += emitted
         rounds += 1
     return tokens, now[0], policy.learned(), used
+
+
+def _hits(d: Draft, s: TwoDrafts, u: list[float], seen: int, tokens: int) -> tuple[bool, ...]:
+    """Whether draft ``d`` predicts each token it missed (up to 64 before ``tokens``): a
+    position's draw against its acceptance at the run of hits before it."""
+    out, run = [], 0
+    for at in range(max(seen, tokens - 64, 0), tokens):
+        acc = d.accept[s.kind(at)]
+        hit = u[at] < acc[min(run, len(acc) - 1)]
+        run = run + 1 if hit else 0
+        out.append(hit)
+    return tuple(out)
 
 
 def evaluate(s: TwoDrafts, seeds: int = 1, params: Params | None = None, cold: bool = False) -> dict:

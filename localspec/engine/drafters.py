@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .backend import Context
+from .backend import DEVICE_ROWS_MAX, Context
 from .outputs import Rows, chain_for, draft_settings
 from .sampling import Dist, SamplingConfig
 
@@ -39,6 +39,9 @@ class Draft:
     confidence: list[float] | None = None  # the draft's top probability at each drafted position
     source: str = ""           # which drafter of a chain drafted it ("" : the drafter itself)
     waited: float = 0.0        # of sync_seconds, the wait for a read alongside (no decode of its own)
+    scored: str = ""           # a drafter of two scored this round on the tokens it missed
+    scored_hits: tuple[bool, ...] = ()   # ... whether its greedy choice was each of them
+    score_seconds: float = 0.0
 
 
 _SHORT_BATCH = 8   # tokens: a catch-up this short costs about one decode, not a batch rate
@@ -458,6 +461,46 @@ class ModelDrafter:
         if error is not None:
             self._known = 0      # the cache holds what it holds: the next draft compares it
             raise error
+
+    def score(self, context: list[int], start: int = 0) -> tuple[tuple[bool, ...], float]:
+        """Catch up on the tokens of ``context`` the cache lacks (all but its last, which the
+        next draft decodes), predicting each: whether the draft's greedy choice after each
+        caught-up token was the token that followed it. For a greedy draft these are exactly
+        the rounds it would have drafted on that text, so a drafter that sat idle is measured
+        without a verify. Far behind, it restarts from a window as :meth:`draft` would.
+
+        Args:
+            context: the prompt and the answer so far; start: the first token worth
+                predicting (the answer's: a prompt is no draft's text to predict).
+
+        Returns:
+            (hits, seconds): one per token from ``start`` on that follows a caught-up one
+            (none when the cache was at most one token behind), and the time it took.
+        """
+        t0 = time.perf_counter()
+        self.settle()
+        ctx = self.ctx
+        if self.offset and self._cheap_catchup(len(context)):
+            self._whole_context()
+            self._known = 0
+        end = len(context) - 1 - self.offset        # the view's tokens but the last
+        n = self._held(context, end)
+        if end > self.window and not self._cheap_catchup(end - n):
+            self.offset = len(context) - self.window
+            end, n = self.window - 1, 0
+        n = ctx.truncate(n)
+        todo = self._map(context[self.offset + n:self.offset + end])
+        self._known = end
+        if not todo:
+            return (), time.perf_counter() - t0
+        rows_n = min(len(todo), ctx.n_batch, DEVICE_ROWS_MAX)
+        rows = ctx.decode_rows(todo, rows_n)
+        first = self.offset + n + len(todo) - rows_n + 1   # the token the first row predicts
+        limit = self._n_out if self._n_out < self._n_in else None
+        hits = tuple(rows.argmax(j, limit) == context[first + j] for j in range(max(start - first, 0), rows_n))
+        seconds = time.perf_counter() - t0
+        self._measured(len(todo), seconds, 0, 0.0)
+        return hits, seconds
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate=None, budget=None) -> Draft:
         """Up to ``k`` tokens after ``context``. ``gate(position, top_probability)`` is asked

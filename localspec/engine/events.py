@@ -71,6 +71,9 @@ class Step:
     confidence: tuple[float, ...] = ()   # the draft's top probability at each drafted position
     source: str = ""             # which drafter of a chain drafted this round ("": the only one)
     wait_seconds: float = 0.0    # of sync_seconds, the drafter's wait for a read alongside
+    scored: str = ""             # the idle one of two drafts, scored on the tokens it missed
+    scored_hits: tuple[bool, ...] = ()   # ... whether it predicted each of them
+    score_seconds: float = 0.0   # ... the time that took
 
 
 @dataclass(frozen=True, slots=True)

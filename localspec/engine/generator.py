@@ -227,7 +227,8 @@ class Generator:
             step = Step(step_index, k, n, a, emitted, d.seconds, t_verify, d.steps > 0 or drafting,
                         draft_steps=d.steps, verify_batch=n + 1, probe=probe, sync_tokens=d.sync_tokens,
                         sync_seconds=d.sync_seconds, confidence=tuple(d.confidence or ()), source=d.source,
-                        wait_seconds=d.waited)
+                        wait_seconds=d.waited, scored=d.scored, scored_hits=d.scored_hits,
+                        score_seconds=d.score_seconds)
             stats.step(step)
             yield step
             step_index += 1

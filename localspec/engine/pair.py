@@ -4,7 +4,8 @@ A small draft is cheap and does well on easy stretches of an answer; a larger on
 more a token and holds up where the small one fails. The policy
 (:class:`~localspec.engine.policy.PairPolicy`) measures both and says each round which one
 drafts and how far; the other's cache stays behind and catches up, in one batch, the next
-time it drafts (its usual sync, see :class:`~localspec.engine.drafters.ModelDrafter`).
+time it drafts (its usual sync, see :class:`~localspec.engine.drafters.ModelDrafter`), or earlier when
+the policy has it scored on the tokens it missed (:meth:`ModelDrafter.score`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ SMALL, LARGE = "small", "large"     # the drafts' names, as Step.source carries 
 
 
 class Route(Protocol):
-    """This round's draft (SMALL or LARGE) and whether each draft drafts at all."""
+    """This round's draft (SMALL or LARGE), the draft to score on the tokens it missed
+    (``score``, "" for none) and whether each draft drafts at all."""
 
     route: str
+    score: str
 
     def drafting_now(self, name: str) -> bool: ...
 
@@ -42,6 +45,7 @@ class PairDrafter:
         self.ctx = large.ctx
         self.contexts = (small.ctx, large.ctx)
         self._route: Route | None = None
+        self._answer = 0               # where the answer starts in the context (what a score predicts)
 
     def follow(self, route: Route | None) -> None:
         """Take each round's draft from ``route`` (None: the small one, as with a fixed K)."""
@@ -54,6 +58,7 @@ class PairDrafter:
     def prefill(self, tokens: list[int], *, now: bool = True) -> None:
         """Only the draft the policy starts with reads the prompt now; the other catches up
         when it first drafts."""
+        self._answer = len(tokens)
         for name, d in self.drafts.items():
             d.prefill(tokens, now=now and self._now(name))
 
@@ -66,9 +71,14 @@ class PairDrafter:
 
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate: Gate | None = None,
               budget: float | None = None) -> Draft:
-        name = self._route.route if self._route is not None else SMALL
+        route = self._route
+        name = route.route if route is not None else SMALL
+        scored = route.score if route is not None else ""
+        hits, score_seconds = self.drafts[scored].score(context, self._answer) if scored in self.drafts else ((), 0.0)
         d = self.drafts[name].draft(context, k, cfg, rng, gate)
         d.source = name if d.steps else ""
+        if scored in self.drafts:
+            d.scored, d.scored_hits, d.score_seconds = scored, hits, score_seconds
         return d
 
     def close(self) -> None:

@@ -155,7 +155,7 @@ class AdaptivePolicy:
         if not self.drafting and not (own and r.probe and self.state is State.PROBING):
             self.since_probe += r.emitted
         if self.t_last is not None and self.p.measure_loop:
-            rest = max(now - self.t_last - r.draft_seconds - r.verify_seconds, 0.0)
+            rest = max(now - self.t_last - r.draft_seconds - r.verify_seconds - r.score_seconds, 0.0)
             if r.k == 0:
                 self.costs.add_overhead(False, rest)
             elif own and r.draft_steps > 0:

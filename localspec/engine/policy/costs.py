@@ -159,10 +159,23 @@ class CostModel:
             if self.first.n == 1:
                 self.build[1].append((self.first.xs[0] - x, (self.first.xs[0] - x) / x if x > 0 else 0.0))
             self.first.add(x)
-        elif self.first.value is not None:
-            per = max(first_seconds - self.first.value, 0.0) / (first_tokens - 1)
-            self.catchup = per if self.catchup is None else self.catchup + 0.2 * (per - self.catchup)
+        else:
+            self.add_catchup(first_tokens, first_seconds)
         self._tables = {}
+
+    def add_catchup(self, tokens: int, seconds: float) -> None:
+        """A decode of ``tokens`` the drafter had missed (a catch-up) in ``seconds``."""
+        if self.first.value is not None and tokens > 1:
+            per = max(seconds - self.first.value, 0.0) / (tokens - 1)
+            self.catchup = per if self.catchup is None else self.catchup + 0.2 * (per - self.catchup)
+
+    def catchup_seconds(self, tokens: int) -> float | None:
+        """What a catch-up decode of ``tokens`` is expected to cost; None before a draft decode."""
+        first = self.first.value
+        if first is None:
+            return None
+        per = self.catchup if self.catchup is not None else first * self.p.lone_slope
+        return first + per * max(tokens - 1, 0)
 
     def add_overhead(self, drafting: bool, seconds: float) -> None:
         """A round's wall time beyond its decodes (the loop's own Python and its readers)."""

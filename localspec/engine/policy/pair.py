@@ -3,19 +3,19 @@
 A small draft wins on easy stretches of an answer and loses where its acceptance falls; a
 larger draft costs more a token and holds up there. Each has its own
 :class:`AdaptivePolicy` (its K, its costs, its acceptance, its pauses), and the pair routes
-every round to the draft whose expected tokens per second are higher. The draft in use is
-measured every round, and its last few rounds, read on their own, move its expected rate
-at once when a stretch changes (its policy's memory lags by tens of rounds). The idle one's
-acceptance is only what it was when it last drafted, so the pair tries it again, for
-``route_try`` rounds, when its evidence, thinned by the rounds since (``route_rounds`` a
-half-life) and read optimistically, could make it the faster one, its catch-up on the
-tokens it missed priced in. A try that fails doubles the gap to the next (up to
-``route_max`` rounds, carried into the next answer): where one draft is clearly better, the
-other is rarely tried. A change in the text seen in the draft in use (a shift in its
-acceptance, or its last rounds easier under the large draft or harder under the small one)
-makes the idle one due for a try at once; the small draft in use, doing at least as well as
-the large one's evidence, is not left for blind tries (its own rounds show when its text
-turns hard). The draft in use when an answer ends starts the next.
+every round to the draft whose expected tokens per second are higher.
+
+The draft in use is measured every round; its last few rounds, read on their own, move its
+expected rate at once when a stretch changes (its policy's memory lags by tens of rounds).
+The idle one is *scored*: when it catches up on the tokens it missed (at most 64), it
+predicts each of them, and a greedy draft's predictions on the text are exactly the rounds
+it would have drafted there. A score compares the two drafts on the same tokens and keeps
+the faster one in use. The idle draft is scored when its evidence says it is faster (it
+drafts that round too, and a score that says otherwise switches back), when the text
+changes under the draft in use (a shift in its acceptance; its last rounds easier under the
+large draft or harder under the small one), and otherwise as time goes by, scores taking at
+most ``route_budget`` of the time, a share divided by ``score_backoff`` by every score that
+keeps the draft in use. The draft in use when an answer ends starts the next.
 """
 
 from __future__ import annotations
@@ -30,9 +30,21 @@ from .params import DEFAULT, Params
 
 SMALL, LARGE = "small", "large"     # the drafts' names, as Step.source carries them
 USE = "in_use"                       # learned: the draft in use when the answer ended
-GAP = "try_gap"                      # learned: rounds between tries of the idle draft when it ended
 _CATCHUP_MAX = 64                    # tokens a draft re-reads at most on coming back (ModelDrafter's)
 _LABEL = {SMALL: "small draft", LARGE: "large draft"}
+
+
+def _rounds(hits, k: int) -> list[tuple[int, int]]:
+    """(accepted, failed) of the rounds of ``k`` a greedy draft with these predictions would
+    have drafted over the text (a round that runs past its end is left out)."""
+    out, i, n = [], 0, len(hits)
+    while i + k <= n or (i < n and not all(hits[i:])):
+        a = 0
+        while a < k and i + a < n and hits[i + a]:
+            a += 1
+        out.append((a, int(a < k)))
+        i += a + 1
+    return out
 
 
 def best_rate(pol: AdaptivePolicy, alpha: float | None = None) -> float | None:
@@ -54,36 +66,37 @@ class PairPolicy:
 
     adaptive = True
     may_draft = True
-    #: The draft in use's last rounds (``route_recent``), read on their own besides its
-    #: policy's ~50-round memory (which lags a stretch change), once there are
-    #: ``route_recent_min``, bound its acceptance (``z`` errors), and its expected rate is moved
-    #: into those bounds; bounds beyond its long-run mean in the direction that favours the
-    #: idle draft (easier text under the large one, harder under the small one) make a try due.
 
     def __init__(self, small: AdaptivePolicy, large: AdaptivePolicy, params: Params = DEFAULT,
-                 use: str | None = None, gap: int | None = None):
+                 use: str | None = None):
         self.policies = {SMALL: small, LARGE: large}
         self.p = params
         self.use = SMALL               # the draft routed to, round after round
-        self.route = SMALL             # this round's draft (a try routes to the other)
-        self.trying = False
-        self.try_left = 0              # rounds of the try under way still to go
+        self.route = SMALL             # this round's draft
+        self.score = ""                # the draft to score this round on the tokens it missed
+        self.measuring = False         # this round drafts with the idle draft, to learn its costs
         self.probe = False
         self.ks = {SMALL: 0, LARGE: 0}
         self.idle = 0                  # rounds since the idle draft last drafted
-        self.gap = params.route_rounds
-        if isinstance(gap, int) and params.route_rounds <= gap <= params.route_max:
-            self.gap = gap             # failed tries of the last answer still count
-        self.switches = self.tries = 0
+        self.idle_tokens = 0           # tokens since the idle draft last drafted or was scored
+        self.switches = self.scores = 0
         self._asked = {SMALL: True, LARGE: True}
         self._probe = {SMALL: False, LARGE: False}
         self._shifts = 0
-        self.idle_tokens = 0             # tokens since the idle draft last drafted
-        self._catchup: dict[str, float] = {}   # seconds per token a draft's catch-up costs
+        self._spent = 0.0              # seconds of rounds since the last score
+        self._budget = params.route_budget
+        self._tracks = {n: deque(maxlen=64) for n in self.policies}   # each draft's last (emitted, accepted, failed)
         self._note: str | None = None
-        self._due = False                # the text changed: a try of the idle draft is due
-        self._try_rounds: list[tuple[int, int]] = []   # the try under way's (accepted, failed) rounds
-        self._recent: deque[tuple[int, int]] = deque(maxlen=params.route_recent)   # the draft in use's
+        self._due = False              # the text changed: a score of the idle draft is due
+        self._kept = False             # a score kept the draft in use, and the text has not changed since
+        self._changed = False          # the score under way was called for by a change of text
+        # The draft in use's last rounds (``route_recent``), read on their own besides its
+        # policy's ~50-round memory, once there are ``route_recent_min``: their bounds (``z``
+        # errors) move its expected rate, and bounds beyond its long-run mean in the direction
+        # that favours the idle draft (easier text under the large one, harder under the small
+        # one) mean the text changed.
+        self._recent: deque[tuple[int, int]] = deque(maxlen=params.route_recent)
+        self._quiet = 0                # rounds before the text's change may be told again
         if (use in self.policies and self.policies[use].drafting) or (not small.drafting and large.drafting):
             self.use = self.route = use if use in self.policies else LARGE
 
@@ -97,8 +110,7 @@ class PairPolicy:
         ratios = size_ratios or (None, None)
         return cls(*(AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(name),
                                     params=params, size_ratio=ratio, **kw)
-                     for name, ratio in zip((SMALL, LARGE), ratios)), params=params, use=learned.get(USE),
-                   gap=learned.get(GAP))
+                     for name, ratio in zip((SMALL, LARGE), ratios)), params=params, use=learned.get(USE))
 
     @property
     def small(self) -> AdaptivePolicy:
@@ -138,7 +150,8 @@ class PairPolicy:
             self._asked[name] = not pol.quiet_rounds()
             self.ks[name] = pol.next_k() if self._asked[name] else 0
             self._probe[name] = self._asked[name] and pol.probe
-        self.trying = self.probe = False
+        self.probe = self.measuring = False
+        self.score = ""
         use, idle = self.use, self.idle_name
         mine, other = self.policies[use], self.policies[idle]
         if self._probe[use] or self._probe[idle]:
@@ -148,49 +161,43 @@ class PairPolicy:
             self.route = idle if other.drafting else use         # the draft in use is paused
         elif not self.ks[use] or not other.drafting:
             self.route = use                                     # (a plain step it asked for)
-            self.try_left = 0
-        elif self.try_left:
-            self.route, self.trying = idle, True                 # a try goes on
         else:
             self.route = self._choose(use, idle)
         k = self.ks[self.route]
         if self.route == idle and not self.probe:
             k = k or other.k_now     # the plain steps it would ask for are the ones the other measures
-            if self.trying:
-                k = max(k, min(self.p.probe_k, other.draft_max))
             self.ks[idle] = k
         return k
 
     def _choose(self, use: str, idle: str) -> str:
-        """The draft in use, unless the idle one is expected clearly faster (switch), or a
-        try is due (``gap`` rounds since it drafted, and for the large draft idle, a change of
-        text seen or its evidence saying it is faster) and its thinned evidence, read
-        optimistically, could make it so (or it was never measured): then ``route_try``
-        rounds of it, judged after the last."""
+        """The draft in use; the idle one for a round when its costs are still unknown. The
+        idle one is scored on the tokens it missed (at least ``score_min``) when its evidence
+        says it is faster, when the text changed under the draft in use, or when the time
+        spent since the last score pays for one within ``route_budget``."""
         p = self.p
         other = self.policies[idle]
         r_use = self._rate_in_use()
         if r_use is None:
             return use                            # still measuring the draft in use
-        r_idle = self._rate_after_catchup(idle)
-        if r_idle is not None and r_idle > r_use * (1.0 + p.route_margin):
-            self._switch(f"the {_LABEL[idle]} is expected faster ({r_idle:.0f} vs {r_use:.0f} tok/s)")
-            return idle
-        if self.idle < self.gap:
-            return use
-        if use == SMALL and not self._due and r_idle is not None and r_idle <= r_use:
-            return use      # no blind tries: the small draft's own rounds show when its text turns hard
-        if other.costs.known:
-            optimistic = self._rate_after_catchup(idle, self._idle_upper(other))
-            if optimistic is None or optimistic <= r_use * (1.0 + p.route_margin):
+        if not other.costs.known:
+            if self.idle < p.route_rounds and not self._due:
                 return use
-        self.trying = True
-        self._due = False
-        self.try_left = p.route_try
-        self._try_rounds = []
-        self.tries += 1
-        other.acc.thin(p.route_prior)              # its stale evidence yields to the try
-        return idle
+            self._due = False
+            self.measuring = True                 # one round of it, to learn its costs
+            self.score = idle                     # (and scored on what it missed before)
+            self.scores += 1
+            other.acc.thin(p.route_prior)
+            return idle
+        if self.idle_tokens < p.score_min:
+            return use                            # too little missed to score it on
+        r_idle = self._rate_after_catchup(idle)
+        faster = r_idle is not None and r_idle > r_use * (1.0 + p.route_margin) and not self._kept
+        price = other.costs.catchup_seconds(min(self.idle_tokens, _CATCHUP_MAX)) or 0.0
+        if faster or self._due or self._spent * self._budget >= price:
+            self._changed, self._due = self._due, False
+            self.scores += 1
+            self.score = idle
+        return use
 
     def _recent_bounds(self) -> tuple[float, float, float] | None:
         """(mean, lower, upper) of the draft in use's acceptance over its last rounds (up to
@@ -215,16 +222,9 @@ class PairPolicy:
             return max(rate, best_rate(pol, recent[1]) or rate)
         return rate
 
-    def _idle_upper(self, pol: AdaptivePolicy) -> float:
-        """The idle draft's acceptance at its upper bound, its evidence halved every
-        ``route_rounds`` rounds it did not draft (down to ``route_prior`` tokens)."""
-        p, a = self.p, pol.acc
-        w = max((a.succ + a.fail) * 0.5 ** (self.idle / p.route_rounds), p.route_prior)
-        return beta_bounds(a.mean * w + 1.0, (1.0 - a.mean) * w + 1.0, p.z)[2]
-
     def _rate_after_catchup(self, name: str, alpha: float | None = None) -> float | None:
         """The idle draft's expected tokens per second over ``route_rounds`` rounds, its
-        catch-up on the tokens it missed (as measured on its last switch) included."""
+        catch-up on the tokens it missed (as measured) included."""
         pol = self.policies[name]
         if not pol.costs.known:
             return None
@@ -233,14 +233,58 @@ class PairPolicy:
             return None
         tokens, seconds = max(curve, key=lambda v: v[0] / v[1])
         n = self.p.route_rounds
-        catchup = self._catchup.get(name, 0.0) * min(self.idle_tokens, _CATCHUP_MAX)
+        costs = pol.costs
+        catchup = (costs.catchup_seconds(min(self.idle_tokens, _CATCHUP_MAX)) or 0.0) - (costs.first.value or 0.0)
         return n * tokens / (n * seconds + catchup)
+
+    def _scored(self, name: str, hits) -> None:
+        """Draft ``name``'s predictions on the tokens it missed, read as the rounds it would
+        have drafted at its K (a greedy draft's rounds exactly), against the other draft's
+        rounds on the same tokens: the faster on them is the one in use. A score the text's
+        change called for compares the two on the tokens since it (the other's last
+        ``route_recent`` rounds), not on what came before."""
+        pol, other = self.policies[name], SMALL if name == LARGE else LARGE
+        changed, self._changed = self._changed, False
+        if len(hits) < self.p.score_min:
+            return                                 # too few to tell the two apart
+        pol.acc.thin(self.p.route_prior)           # its stale evidence yields to the score
+        k = max(pol.k_now or self.ks[name] or self.p.first_k, 1)
+        for a, _ in _rounds(hits, k):
+            pol.observe_unused(k, k, a)
+        track = list(self._tracks[other])
+        n = len(hits)
+        if changed:
+            n = min(max(sum(e for e, _, _ in track[-self.p.route_recent:]), self.p.score_min), n)
+        seen = [0, 0, 0]
+        for emitted, a, f in reversed(track):
+            if seen[0] >= n:
+                break
+            seen = [seen[0] + emitted, seen[1] + a, seen[2] + f]
+        mine = _rounds(hits[len(hits) - n:], k)
+        succ, fail = sum(a for a, _ in mine), sum(f for _, f in mine)
+        r_other = best_rate(self.policies[other], (seen[1] + 1.0) / (seen[1] + seen[2] + 2.0))
+        r_name = best_rate(pol, (succ + 1.0) / (succ + fail + 2.0))
+        if r_other is None or r_name is None or not seen[1] + seen[2] or name == self.use:
+            return
+        if r_name > r_other * (1.0 + self.p.route_margin):
+            self._switch(f"the {_LABEL[name]} does better on the same text ({r_name:.0f} vs {r_other:.0f} tok/s)")
+        else:
+            self._budget /= self.p.score_backoff
+            self._kept = True
+
+    def _judge(self, idle: str) -> None:
+        """After a round of the idle draft that measured its costs: switch to it if it is
+        expected faster."""
+        r_use, r_idle = self._rate_in_use(), best_rate(self.policies[idle])
+        if r_idle is not None and (r_use is None or r_idle > r_use * (1.0 + self.p.route_margin)):
+            self._switch(f"the {_LABEL[idle]}, measured, is expected faster ({r_idle:.0f} vs {r_use or 0:.0f} tok/s)")
 
     def _switch(self, why: str) -> None:
         self.use = self.idle_name
         self._recent.clear()
         self.idle = self.idle_tokens = 0
-        self.gap = self.p.route_rounds
+        self._kept = False
+        self._budget = self.p.route_budget
         self.switches += 1
         self._note = why
 
@@ -252,8 +296,8 @@ class PairPolicy:
 
     def observe(self, step: Step) -> str | None:
         """The draft that drafted the round learns from all of it, the other only the
-        target's cost; then a try is judged, and a shift in the draft in use makes the idle
-        one due for a try."""
+        target's cost; a score is judged, and a change of text seen in the draft in use makes
+        a score of the idle one due."""
         notes = []
         for name, pol in self.policies.items():
             if not self._asked[name]:
@@ -272,25 +316,21 @@ class PairPolicy:
                     per = (step.draft_seconds - step.sync_seconds) / (step.draft_steps - 1)
                     extra = max(step.sync_seconds - step.wait_seconds - per, 0.0)
                     own = replace(own, sync_tokens=1, wait_seconds=step.wait_seconds + extra)
-                    self._catchup[name] = extra / (step.sync_tokens - 1)
+                    pol.costs.add_catchup(step.sync_tokens, step.sync_seconds - step.wait_seconds)
                 note = pol.observe(own)
             if note:
                 notes.append(f"{_LABEL[name]}: {note}")
         use, idle = self.use, self.idle_name
         self.idle_tokens += step.emitted
+        self._spent += step.draft_seconds + step.verify_seconds
+        if step.source in self._tracks and not step.probe:
+            self._tracks[step.source].append((step.emitted, step.accepted, int(step.accepted < step.drafted)))
         if step.source == idle:
             self.idle = self.idle_tokens = 0
-            self.try_left = max(self.try_left - 1, 0)
-            if self.trying and step.drafted:
-                self._try_rounds.append((step.accepted, int(step.accepted < step.drafted)))
-            if self.trying and not self.try_left:
-                r_use, r_idle = self._rate_in_use(), best_rate(self.policies[idle])
-                if r_idle is not None and (r_use is None or r_idle > r_use * (1.0 + self.p.route_margin)):
-                    self._switch(f"a try of the {_LABEL[idle]} says it is faster")
-                    self._recent.extend(self._try_rounds)    # the try's rounds are its first in use
-                else:
-                    self.gap = min(self.gap * 2, self.p.route_max)
-            elif step.k and not self.probe and not self.trying:
+            if self.measuring:
+                if not (step.scored == idle and len(step.scored_hits) >= self.p.score_min):
+                    self._judge(idle)              # (else its score judges it)
+            elif step.k and not self.probe:
                 self._switch(f"the {_LABEL[use]} paused")
         else:
             self.idle += 1
@@ -299,17 +339,22 @@ class PairPolicy:
                 recent = self._recent_bounds()
                 mean = self.policies[use].acc.mean
                 # The text got easier under the large draft, or harder under the small one.
-                if recent is not None and (recent[1] > mean if use == LARGE else recent[2] < mean):
-                    self._recent.clear()
-                    self._due = True
-                    self.gap = self.p.route_rounds
-                    self.idle = max(self.idle, self.gap)
+                self._quiet = max(self._quiet - 1, 0)
+                if not self._quiet and recent is not None and (recent[1] > mean if use == LARGE else recent[2] < mean):
+                    self._quiet = self.p.route_recent     # its next rounds may tell it again
+                    self._due, self._kept = True, False
+                    self._budget = self.p.route_budget
+        if step.scored == self.idle_name:
+            self.idle_tokens = 0                   # its cache holds the text now
+        if step.scored in self.policies and step.scored_hits:
+            self._spent = 0.0
+            self.policies[step.scored].costs.add_catchup(len(step.scored_hits), step.score_seconds)
+            self._scored(step.scored, step.scored_hits)
         shifts = self.policies[self.use].acc.shifts
         if shifts != self._shifts:
             self._shifts = shifts
-            self._due = True
-            self.gap = self.p.route_rounds
-            self.idle = max(self.idle, self.gap)
+            self._due, self._kept = True, False
+            self._budget = self.p.route_budget
         note, self._note = self._note, None
         if note:
             notes.append(note)
@@ -335,7 +380,7 @@ class PairPolicy:
 
     def learned(self) -> dict | None:
         out = {name: pol.learned() for name, pol in self.policies.items()}
-        return out | {USE: self.use, GAP: self.gap} if any(out.values()) else None
+        return out | {USE: self.use} if any(out.values()) else None
 
     def estimates(self) -> dict:
         small, large = self.small.estimates(), self.large.estimates()
@@ -343,4 +388,4 @@ class PairPolicy:
                 "seeded": small["seeded"] or large["seeded"],
                 "predicted_speedup": max(small["predicted_speedup"], large["predicted_speedup"]),
                 "pauses": self.pauses, "probes": self.probes, "in_use": self.use, "switches": self.switches,
-                "tries": self.tries, SMALL: small, LARGE: large}
+                "scores": self.scores, SMALL: small, LARGE: large}

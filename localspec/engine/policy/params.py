@@ -42,10 +42,12 @@ class Params:
     lone_slope: float = 0.15        # with one batch size measured, each further token costs this share of it
     level_rate: float = 0.2         # how fast the target's common cost level follows each round [fraction]
     route_margin: float = 0.02      # a chain's model takes a round a lookup matched when this much faster [fraction]
-    route_rounds: int = 16          # rounds before two drafts' idle one is tried; its evidence's half-life [rounds]
-    route_max: int = 128            # ... failed tries in a row double that gap up to this [rounds]
-    route_try: int = 3              # rounds a try of the idle one of two drafts lasts [rounds]
-    route_prior: float = 4.0        # acceptance evidence the idle draft keeps when tried again [tokens]
+    route_rounds: int = 16          # two drafts: rounds a switch's catch-up is spread over; the idle one, costs
+                                    # unknown, drafts a round to learn them after this many [rounds]
+    route_budget: float = 0.02      # ... scores of the idle one take this share of the time at most [fraction]
+    score_backoff: float = 2.0      # ... a share divided by this by each score that keeps the draft in use [factor]
+    score_min: int = 16             # ... a score decides on at least this many tokens [tokens]
+    route_prior: float = 4.0        # ... acceptance evidence the idle one keeps when scored [tokens]
     route_recent: int = 6           # the draft in use's last rounds read on their own at a stretch change [rounds]
     route_recent_min: int = 3       # ... once there are this many [rounds]
     measure_loop: bool = True       # price a round's time beyond its decodes (the loop's Python)
