@@ -198,3 +198,26 @@ def test_run_json_shows_checkpoint_cost(models):
     r = run_cli("run", "-m", str(models["mamba"]), "-d", str(models["mamba-d"]), "-p", "The quick", "-n", "30",
                 "--temp", "0", "--fixed-k", "--draft-max", "4")
     assert "checkpoints" in r.stderr
+
+
+def test_two_drafts_scoring_recurrent_and_hybrid_drafts(models):
+    """Two drafts whose states are recurrent (Mamba) and hybrid (LFM2): the idle one's scores
+    decode the tokens it missed in one batch with every row read, and the answer is the
+    target's alone, answer after answer (what each learned carries into the next). The LFM2
+    draft, whose tokens the target never accepts and which starts paused, is probed now and
+    then, not every round (its probe's verdict waits for a plain step the other draft, drafting
+    every round, does not take)."""
+    from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
+
+    with Engine(EngineConfig(target=str(models["llama-agree"]), draft=str(models["mamba-agree"]),
+                             draft2=str(models["lfm2-d"]), n_ctx=512, rollback_depth=9)) as e:
+        for prompt in PROMPTS[:2] * 2:
+            toks = e.tokenize(prompt)
+            e.reset()
+            want = list(e.run(toks, RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY, max_tokens=120)))[-1]
+            e.reset()
+            got = list(e.run(toks, RunSpec(drafter=DrafterKind.MODELS, sampling=GREEDY, max_tokens=120)))[-1]
+            assert got.token_ids == want.token_ids, prompt
+            assert got.summary.drafted > 0 and got.policy["pair"] is True
+            bad = got.summary.by_drafter.get("large", {"drafted": 0})
+            assert bad["drafted"] <= 12, got.summary.by_drafter

@@ -216,6 +216,12 @@ class AdaptivePolicy:
                 self.probes += 1
         note = self.opening_note()
         if not self.costs.known:
+            if r.probe and self.state is State.PROBING:
+                # A probe's verdict needs a plain step, which the other of two drafts, drafting
+                # every round, leaves unmeasured: paused again until the next probe.
+                self.state, self.since_probe = State.PAUSED, 0
+                self.probe_every = int(min(max(self.probe_every * self.p.probe_backoff, self.p.probe_min),
+                                           self.p.probe_max))
             return note
         if self.state is State.MEASURING:
             self.state = State.DRAFTING
