@@ -84,6 +84,7 @@ class PairPolicy:
         self._probe = {SMALL: False, LARGE: False}
         self._shifts = 0
         self._spent = 0.0              # seconds of rounds since the last score
+        self._score_rate: dict[str, float] = {}   # seconds per token scored, as measured
         self._budget = params.route_budget
         self._tracks = {n: deque(maxlen=64) for n in self.policies}   # each draft's last (emitted, accepted, failed)
         self._note: str | None = None
@@ -192,7 +193,9 @@ class PairPolicy:
             return use                            # too little missed to score it on
         r_idle = self._rate_after_catchup(idle)
         faster = r_idle is not None and r_idle > r_use * (1.0 + p.route_margin) and not self._kept
-        price = other.costs.catchup_seconds(min(self.idle_tokens, _CATCHUP_MAX)) or 0.0
+        missed = min(self.idle_tokens, _CATCHUP_MAX)
+        per = self._score_rate.get(idle)
+        price = per * missed if per is not None else other.costs.catchup_seconds(missed) or 0.0
         if faster or self._due or self._spent * self._budget >= price:
             self._changed, self._due = self._due, False
             self.scores += 1
@@ -348,7 +351,8 @@ class PairPolicy:
             self.idle_tokens = 0                   # its cache holds the text now
         if step.scored in self.policies and step.scored_hits:
             self._spent = 0.0
-            self.policies[step.scored].costs.add_catchup(len(step.scored_hits), step.score_seconds)
+            # Its own price: a score reads every row, which a catch-up before drafting does not.
+            self._score_rate[step.scored] = step.score_seconds / len(step.scored_hits)
             self._scored(step.scored, step.scored_hits)
         shifts = self.policies[self.use].acc.shifts
         if shifts != self._shifts:
