@@ -215,14 +215,9 @@ class AdaptivePolicy:
             if r.probe:
                 self.probes += 1
         note = self.opening_note()
-        if not self.costs.known:
-            if r.probe and self.state is State.PROBING:
-                # A probe's verdict needs a plain step, which the other of two drafts, drafting
-                # every round, leaves unmeasured: paused again until the next probe.
-                self.state, self.since_probe = State.PAUSED, 0
-                self.probe_every = int(min(max(self.probe_every * self.p.probe_backoff, self.p.probe_min),
-                                           self.p.probe_max))
-            return note
+        if not self.costs.known:   # a probe's verdict waits for a plain step (another of two drafts drafts)
+            return (r.probe and self.state is State.PROBING
+                    and self._pause(None, self.probe_every * self.p.probe_backoff, quiet=True)) or note
         if self.state is State.MEASURING:
             self.state = State.DRAFTING
         return self._decide() or note
