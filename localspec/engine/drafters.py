@@ -250,7 +250,14 @@ class ModelDrafter:
     def _sync(self, context: list[int]) -> tuple[Rows, int]:
         """Bring the cache to ``context`` (an extension of the last one); return the output
         row after its last token and how many tokens that took."""
-        ctx = self.ctx
+        todo, _ = self._missing(context, 0)
+        return self.ctx.decode_rows(todo, 1), len(todo)
+
+    def _missing(self, context: list[int], leave: int) -> tuple[list[int], int]:
+        """The tokens of ``context`` but its last ``leave`` that the cache lacks, and where
+        the first of them is in the context; the cache is cut back to what it holds first (or
+        restarts from a window when catching up would cost too much), and is taken to hold
+        them from here on."""
         if self.offset and self._cheap_catchup(len(context)):   # cheap now: re-read it all
             self._whole_context()
             self._known = 0
@@ -260,10 +267,9 @@ class ModelDrafter:
             self.offset = len(context) - self.window
             view_len = self.window
             n = 0
-        n = ctx.truncate(n)  # a recurrent state may only go back to a checkpoint
-        todo = self._map(context[self.offset + n:])
-        self._known = view_len
-        return ctx.decode_rows(todo, 1), len(todo)
+        n = self.ctx.truncate(n)  # a recurrent state may only go back to a checkpoint
+        self._known = view_len - leave
+        return self._map(context[self.offset + n:len(context) - leave]), self.offset + n
 
     def _held(self, context: list[int], end: int) -> int:
         """How many of the first ``end`` tokens of the context's view (after ``offset``) the
@@ -480,22 +486,12 @@ class ModelDrafter:
         t0 = time.perf_counter()
         self.settle()
         ctx = self.ctx
-        if self.offset and self._cheap_catchup(len(context)):
-            self._whole_context()
-            self._known = 0
-        end = len(context) - 1 - self.offset        # the view's tokens but the last
-        n = self._held(context, end)
-        if end > self.window and not self._cheap_catchup(end - n):
-            self.offset = len(context) - self.window
-            end, n = self.window - 1, 0
-        n = ctx.truncate(n)
-        todo = self._map(context[self.offset + n:self.offset + end])
-        self._known = end
+        todo, at = self._missing(context, 1)
         if not todo:
             return (), time.perf_counter() - t0
         rows_n = min(len(todo), ctx.n_batch, DEVICE_ROWS_MAX)
         rows = ctx.decode_rows(todo, rows_n)
-        first = self.offset + n + len(todo) - rows_n + 1   # the token the first row predicts
+        first = at + len(todo) - rows_n + 1   # the token the first row predicts
         limit = self._n_out if self._n_out < self._n_in else None
         hits = tuple(rows.argmax(j, limit) == context[first + j] for j in range(max(start - first, 0), rows_n))
         seconds = time.perf_counter() - t0

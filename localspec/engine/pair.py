@@ -72,13 +72,12 @@ class PairDrafter:
     def draft(self, context: list[int], k: int, cfg: SamplingConfig, rng, gate: Gate | None = None,
               budget: float | None = None) -> Draft:
         route = self._route
-        name = route.route if route is not None else SMALL
-        scored = route.score if route is not None else ""
-        hits, score_seconds = self.drafts[scored].score(context, self._answer) if scored in self.drafts else ((), 0.0)
+        name, scored = (route.route, route.score) if route is not None else (SMALL, "")
+        score = self.drafts[scored].score(context, self._answer) if scored else None
         d = self.drafts[name].draft(context, k, cfg, rng, gate)
         d.source = name if d.steps else ""
-        if scored in self.drafts:
-            d.scored, d.scored_hits, d.score_seconds = scored, hits, score_seconds
+        if score is not None:
+            d.scored, (d.scored_hits, d.score_seconds) = scored, score
         return d
 
     def close(self) -> None:

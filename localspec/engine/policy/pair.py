@@ -10,12 +10,12 @@ expected rate at once when a stretch changes (its policy's memory lags by tens o
 The idle one is *scored*: when it catches up on the tokens it missed (at most 64), it
 predicts each of them, and a greedy draft's predictions on the text are exactly the rounds
 it would have drafted there. A score compares the two drafts on the same tokens and keeps
-the faster one in use. The idle draft is scored when its evidence says it is faster (it
-drafts that round too, and a score that says otherwise switches back), when the text
-changes under the draft in use (a shift in its acceptance; its last rounds easier under the
-large draft or harder under the small one), and otherwise as time goes by, scores taking at
-most ``route_budget`` of the time, a share divided by ``score_backoff`` by every score that
-keeps the draft in use. The draft in use when an answer ends starts the next.
+the faster one in use. The idle draft is scored when its evidence says it may be faster,
+when the text changes under the draft in use (a shift in its acceptance; its last rounds
+easier under the large draft or harder under the small one), and otherwise as time goes
+by, scores taking at most ``route_budget`` of the time, a share divided by
+``score_backoff`` by every score that keeps the draft in use. A draft whose costs are not
+known yet drafts a round instead. The draft in use when an answer ends starts the next.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ class PairPolicy:
         self._spent = 0.0              # seconds of rounds since the last score
         self._score_rate: dict[str, float] = {}   # seconds per token scored, as measured
         self._budget = params.route_budget
-        self._tracks = {n: deque(maxlen=64) for n in self.policies}   # each draft's last (emitted, accepted, failed)
+        # Each draft's last rounds (emitted, accepted, failed): as many as cover any score.
+        self._tracks = {n: deque(maxlen=_CATCHUP_MAX) for n in self.policies}
         self._note: str | None = None
         self._due = False              # the text changed: a score of the idle draft is due
         self._kept = False             # a score kept the draft in use, and the text has not changed since
@@ -252,18 +253,19 @@ class PairPolicy:
             return                                 # too few to tell the two apart
         pol.acc.thin(self.p.route_prior)           # its stale evidence yields to the score
         k = max(pol.k_now or self.ks[name] or self.p.first_k, 1)
-        for a, _ in _rounds(hits, k):
+        mine = _rounds(hits, k)
+        for a, _ in mine:
             pol.observe_unused(k, k, a)
         track = list(self._tracks[other])
         n = len(hits)
         if changed:
             n = min(max(sum(e for e, _, _ in track[-self.p.route_recent:]), self.p.score_min), n)
+            mine = _rounds(hits[len(hits) - n:], k)
         seen = [0, 0, 0]
         for emitted, a, f in reversed(track):
             if seen[0] >= n:
                 break
             seen = [seen[0] + emitted, seen[1] + a, seen[2] + f]
-        mine = _rounds(hits[len(hits) - n:], k)
         succ, fail = sum(a for a, _ in mine), sum(f for _, f in mine)
         r_other = best_rate(self.policies[other], (seen[1] + 1.0) / (seen[1] + seen[2] + 2.0))
         r_name = best_rate(pol, (succ + 1.0) / (succ + fail + 2.0))
@@ -290,6 +292,11 @@ class PairPolicy:
         self._budget = self.p.route_budget
         self.switches += 1
         self._note = why
+
+    def _text_changed(self) -> None:
+        """A score of the idle draft is due, at the full budget, whatever the last one said."""
+        self._due, self._kept = True, False
+        self._budget = self.p.route_budget
 
     def gate(self):
         return self.policies[self.route].gate()
@@ -345,8 +352,7 @@ class PairPolicy:
                 self._quiet = max(self._quiet - 1, 0)
                 if not self._quiet and recent is not None and (recent[1] > mean if use == LARGE else recent[2] < mean):
                     self._quiet = self.p.route_recent     # its next rounds may tell it again
-                    self._due, self._kept = True, False
-                    self._budget = self.p.route_budget
+                    self._text_changed()
         if step.scored == self.idle_name:
             self.idle_tokens = 0                   # its cache holds the text now
         if step.scored in self.policies and step.scored_hits:
@@ -357,8 +363,7 @@ class PairPolicy:
         shifts = self.policies[self.use].acc.shifts
         if shifts != self._shifts:
             self._shifts = shifts
-            self._due, self._kept = True, False
-            self._budget = self.p.route_budget
+            self._text_changed()
         note, self._note = self._note, None
         if note:
             notes.append(note)
