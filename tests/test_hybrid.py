@@ -221,3 +221,27 @@ def test_two_drafts_scoring_recurrent_and_hybrid_drafts(models):
             assert got.summary.drafted > 0 and got.policy["pair"] is True
             bad = got.summary.by_drafter.get("large", {"drafted": 0})
             assert bad["drafted"] <= 12, got.summary.by_drafter
+
+
+def test_layered_rounds_with_recurrent_and_hybrid_drafts(models, monkeypatch):
+    """Every round layered, the large draft checking the small one's blocks: a recurrent or
+    hybrid draft gives back a block's dropped tokens from its checkpoint (decoding again what
+    it keeps), and the answer is the target's alone."""
+    import localspec.engine.engine as engine_module
+    from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
+    from localspec.engine.policy import LAYERED, LayeredPair
+
+    layered = {"in_use": LAYERED}
+    monkeypatch.setattr(engine_module, "policy_for",
+                        lambda spec, learned=None, ratio=None: LayeredPair.build(1, 6, None, False, layered))
+    with Engine(EngineConfig(target=str(models["llama-agree"]), draft=str(models["mamba-agree"]),
+                             draft2=str(models["lfm2-d"]), n_ctx=512, rollback_depth=9)) as e:
+        for prompt in PROMPTS[:2]:
+            toks = e.tokenize(prompt)
+            e.reset()
+            want = list(e.run(toks, RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY, max_tokens=60)))[-1]
+            e.reset()
+            got = list(e.run(toks, RunSpec(drafter=DrafterKind.MODELS, sampling=GREEDY, max_tokens=60)))[-1]
+            assert got.token_ids == want.token_ids, prompt
+            blocks = got.summary.by_drafter["small_for_large"]
+            assert blocks["drafted"] > blocks["accepted"], blocks     # blocks were cut: states went back

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from localspec.bench import simulate_drafts as sd
+from localspec.bench.simulate import params_with
 from localspec.engine.events import Step
-from localspec.engine.policy import LARGE, SMALL, PairPolicy
+from localspec.engine.policy import LARGE, LAYERED, SMALL, LayeredPair, PairPolicy
 from localspec.engine.policy.pair import _rounds
 from localspec.errors import BadInput
 
@@ -82,8 +83,8 @@ def test_layered_round_counts_the_large_drafts_batches(scenarios):
     s = scenarios["mixed-256"]
     sure = sd.TwoDrafts(s.base, tuple(sd.Draft(d.name, d.draft_ms, {"easy": (1.0,)}) for d in s.drafts),
                         (("easy", 1),))
-    accepted, seconds, small_n, batches = sd._layered_round(sure, 7, 2, [0.5] * 16, 0, "easy")
-    assert (accepted, batches, small_n) == (7, 3, 5) and seconds > 0
+    accepted, seconds, small_n, blocks = sd._layered_round(sure, 7, 2, [0.5] * 16, 0, "easy")
+    assert (accepted, blocks, small_n) == (7, [(2, 2), (2, 2), (1, 1)], 5) and seconds > 0
     nothing = sd.TwoDrafts(s.base, tuple(sd.Draft(d.name, d.draft_ms, {"easy": (0.0,)}) for d in s.drafts),
                            (("easy", 1),))
     assert sd._layered_round(nothing, 3, 2, [0.5] * 16, 0, "easy")[0] == 0
@@ -98,21 +99,23 @@ def test_report_gives_the_reachable_next_to_the_pair(scenarios):
 
 def test_the_pair_leaves_the_small_draft_soon_after_its_text_turns_hard(scenarios, monkeypatch):
     """On mixed text the small draft, in use when an easy stretch turns hard, hands over
-    within a few rounds: it drafts under 15% of the hard stretches' tokens (13% here)."""
+    within a few rounds: it drafts under 15% of the hard stretches' tokens (13% here). (The
+    switching alone: the pair never goes layered here.)"""
     s = scenarios["mixed-256"]
     rounds: list[tuple[str, int]] = []
 
-    class Recorded(PairPolicy):
+    class Recorded(LayeredPair):
         def observe(self, step):
             rounds.append((step.source, step.emitted))
             return super().observe(step)
 
-    monkeypatch.setattr(sd, "PairPolicy", Recorded)
+    monkeypatch.setattr(sd, "LayeredPair", Recorded)
+    switching = params_with({"layer_switches": 10**6})
     hard = small_in_hard = 0
     for seed in range(5):
-        learned = sd.simulate(s, "both", 5 + seed)[2]
+        learned = sd.simulate(s, "both", 5 + seed, switching)[2]
         rounds.clear()
-        sd.simulate(s, "both", seed, None, learned)
+        sd.simulate(s, "both", seed, switching, learned)
         at = 0
         for source, emitted in rounds:
             if s.kind(at) == "hard":
@@ -139,17 +142,58 @@ def test_stale_evidence_gives_way_to_a_score(scenarios):
     assert learned["in_use"] == LARGE
     notes: list[str] = []
 
-    class Noted(PairPolicy):
+    class Noted(LayeredPair):
         def _switch(self, why):
             notes.append(why)
             super()._switch(why)
 
     s = scenarios["small-as-good-everywhere"]
-    original = sd.PairPolicy
-    sd.PairPolicy = Noted
+    original = sd.LayeredPair
+    sd.LayeredPair = Noted
     try:
         _, _, after, drafted = sd.simulate(s, "both", 1, None, learned)
     finally:
-        sd.PairPolicy = original
+        sd.LayeredPair = original
     assert notes and "small draft does better on the same text" in notes[0], notes
     assert drafted[SMALL] > 3 * drafted[LARGE] and after["in_use"] == SMALL
+
+
+def test_where_the_text_alternates_the_pair_goes_layered(scenarios):
+    """Text that alternates faster than a switch pays (64-token stretches): the pair goes
+    layered after a few switches and the next answer starts layered (what that gains: see
+    test_without_layered_rounds_short_stretches_lose); on uniform text the pair never goes
+    layered."""
+    s = scenarios["mixed-64"]
+    ends = [sd.simulate(s, "both", seed)[2] for seed in range(10)]
+    assert sum(e["in_use"] == LAYERED for e in ends) >= 6
+    first = next(e for e in ends if e["in_use"] == LAYERED)
+    tokens, seconds, learned, drafted = sd.simulate(s, "both", 0, learned=first)
+    assert learned["in_use"] == LAYERED and drafted[SMALL] > 0 and drafted[LARGE] > 0
+    for name in ("easy", "hard", "large-better-everywhere", "small-as-good-everywhere"):
+        for seed in range(3):
+            assert sd.simulate(scenarios[name], "both", seed)[2]["in_use"] != LAYERED, (name, seed)
+
+
+def test_layered_drafting_gives_way_to_the_draft_that_suits_uniform_text(scenarios):
+    """An answer that starts layered (the last one's text alternated) on easy text, where the
+    small draft alone is 11% faster: the next answer starts with the small draft. On hard
+    text, where the large draft alone is faster by less than ``layer_margin``, layered
+    rounds go on within that margin of it."""
+    after_mixed = sd.simulate(scenarios["mixed-256"], "both", 5)[2]
+    assert after_mixed["in_use"] == LAYERED
+    learned = sd.simulate(scenarios["easy"], "both", 1, learned=after_mixed)[2]
+    assert learned["in_use"] == SMALL
+    pol = LayeredPair.build(1, 8, None, True, learned)
+    assert not pol.layered and pol.use == SMALL
+    hard = scenarios["hard"]
+    tokens, seconds, _, _ = sd.simulate(hard, "both", 1, learned=after_mixed)
+    large = sd.simulate(hard, LARGE, 1, learned=sd.simulate(hard, LARGE, 2)[2])
+    assert tokens / seconds > 0.95 * large[0] / large[1]
+
+
+def test_without_layered_rounds_short_stretches_lose(scenarios):
+    """The layered mode earns its place: without it (never entered) the pair loses to the
+    better single draft on 64-token stretches."""
+    never = params_with({"layer_switches": 10**6})
+    assert sd.evaluate(scenarios["mixed-64"], 3, never)["both_over_better_single"] < 0.97
+    assert sd.evaluate(scenarios["mixed-64"], 3)["both_over_better_single"] >= 0.97

@@ -157,3 +157,92 @@ def test_two_drafts_sampling_is_seeded_and_carries_each_drafts_distribution(trio
             runs.append(list(e.run(toks, spec))[-1])
     assert runs[0].token_ids == runs[1].token_ids
     assert runs[0].summary.drafted > 0 and runs[0].summary.n_generated == 60
+
+
+def test_a_layered_draft_is_the_large_drafts_own(trio):
+    """The large draft checking the small one's blocks gives exactly its own greedy draft,
+    block by block (the small draft is wrong on stretches of this answer: blocks are cut and
+    the large draft's cache gives back what it checked and dropped), and the small draft's
+    cache, which held the proposals, drafts as a fresh one would afterwards."""
+    from localspec.engine.backend import Context
+    from localspec.engine.drafters import GREEDY as DRAFT_GREEDY
+    from localspec.engine.drafters import ModelDrafter
+
+    with engine_for(trio) as e:
+        toks = e.tokenize(PROMPTS[0])
+        text = toks + list(list(e.run(toks, RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY,
+                                                    max_tokens=120)))[-1].token_ids)
+        small_model, large_model = e.draft2_ctx.model, e.draft_ctx.model
+        parts = [ModelDrafter(Context(m, n_ctx=256)) for m in (small_model, large_model, large_model, small_model)]
+        small, large, alone, fresh = parts
+        try:
+            cut = dropped = 0
+            for block in (1, 2, 3):
+                for end in range(len(toks), len(text), 7):
+                    context = text[:end]
+                    d = large.draft_checked(small, context, 6, block)
+                    assert d.tokens == alone.draft(context, 6, DRAFT_GREEDY, None).tokens, (block, end)
+                    assert d.dists is None and d.steps == len(d.helper_blocks) + 1
+                    cut += sum(a < n for n, a in d.helper_blocks)
+                    dropped += sum(n - a for n, a in d.helper_blocks)
+                    assert small.draft(context, 4, DRAFT_GREEDY, None).tokens == \
+                        fresh.draft(context, 4, DRAFT_GREEDY, None).tokens
+            assert cut > 5 and dropped > 5, (cut, dropped)
+        finally:
+            for p in parts:
+                p.close()
+
+
+def test_layered_rounds_give_the_targets_output(trio, monkeypatch):
+    """Every round layered (the policy started in that mode, as an answer after one that
+    ended layered does): greedy output identical to the target alone, and the tokens counted
+    per role (the large draft's for the target, the small one's for the large)."""
+    import localspec.engine.engine as engine_module
+    from localspec.engine.policy import LAYERED, LayeredPair
+
+    layered = {"in_use": LAYERED}
+    monkeypatch.setattr(engine_module, "policy_for",
+                        lambda spec, learned=None, ratio=None: LayeredPair.build(1, 6, None, False, layered))
+    with engine_for(trio) as e:
+        for prompt in PROMPTS:
+            toks = e.tokenize(prompt)
+            e.reset()
+            want = list(e.run(toks, RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY, max_tokens=80)))[-1]
+            e.reset()
+            got = list(e.run(toks, RunSpec(drafter=DrafterKind.MODELS, sampling=GREEDY, max_tokens=80)))[-1]
+            assert got.token_ids == want.token_ids, prompt
+            by = got.summary.by_drafter
+            assert set(by) == {"layered", "small_for_large"}, by
+            assert by["layered"]["drafted"] == got.summary.drafted > 0
+            assert by["layered"]["accepted"] == got.summary.accepted > 0
+            assert 0 < by["small_for_large"]["accepted"] <= by["small_for_large"]["drafted"]
+            assert got.policy["in_use"] == LAYERED and got.policy["layered"] is True
+
+
+@pytest.mark.slow
+def test_layered_sampling_is_lossless(zoo, monkeypatch):
+    """Every round layered under sampling: the layered draft is one-hot (the large draft's
+    greedy tokens, see test_a_layered_draft_is_the_large_drafts_own), and rejection sampling
+    keeps the target's distribution (the first two tokens' joint frequencies over 2000 seeds
+    against the target's exact probabilities)."""
+    from test_sampling import ALPHA, chi_square_p, exact_two_tokens, sample_pairs
+
+    import localspec.engine.engine as engine_module
+    from localspec.engine import SamplingConfig
+    from localspec.engine.policy import LAYERED, LayeredPair
+
+    target = zoo.get(TinySpec(scale=0.35), "flat-target.gguf")
+    small = zoo.get(TinySpec(scale=0.35, noise=0.2, n_embd=64, n_layer=1), "flat-small.gguf")
+    large = zoo.get(TinySpec(scale=0.35, noise=0.05), "flat-large.gguf")
+    layered = {"in_use": LAYERED}
+    monkeypatch.setattr(engine_module, "policy_for",
+                        lambda spec, learned=None, ratio=None: LayeredPair.build(1, 3, None, False, layered))
+    cfg = SamplingConfig(temperature=1.0, top_k=8)
+    with Engine(EngineConfig(target=str(target), draft=str(large), draft2=str(small), n_ctx=256,
+                             rollback_depth=4, remember=False)) as e:
+        e.test_spec = RunSpec(drafter=DrafterKind.MODELS, draft_max=3)
+        prompt = e.tokenize("Once upon a time")
+        expected = exact_two_tokens(target, prompt, cfg)
+        counts, drafted, accepted = sample_pairs(e, prompt, cfg, 2000)
+    assert 0 < accepted < drafted
+    assert chi_square_p(counts, expected, 2000) > ALPHA

@@ -31,7 +31,7 @@ import random
 from dataclasses import dataclass
 
 from ..engine.events import Step
-from ..engine.policy import LARGE, SMALL, AdaptivePolicy, FixedPolicy, PairPolicy, Params
+from ..engine.policy import LARGE, LAYERED, SMALL, AdaptivePolicy, FixedPolicy, LayeredPair, Params
 from ..errors import BadInput
 from .simulate import MIN_TOKENS, Scenario, scenario_items
 
@@ -156,19 +156,21 @@ class _Oracle:
 
 
 def _layered_round(s: TwoDrafts, k: int, ks: int, u: list[float], at: int, kind: str,
-                   timed=lambda x, i=0: x) -> tuple[int, float, int, int]:
+                   timed=lambda x, i=0: x) -> tuple[int, float, int, list[tuple[int, int]]]:
     """One round of the hierarchy at position ``at``: the large draft builds ``k`` tokens from
     the small one's blocks of ``ks``, the target verifies them.
 
     Returns:
-        (tokens the target accepted, seconds, small tokens drafted, large verify batches).
+        (tokens the target accepted, seconds, small tokens drafted, the small one's blocks:
+        (proposed, agreed with the large one)).
     """
     b = s.base
     small, large = s.drafts
     a_s, a_l = small.accept[kind], large.accept[kind]
     shape = b.target(ks + 1, 0) / b.target(1, 0)
-    held = small_n = batches = 0
+    held = small_n = 0
     seconds = 0.0
+    blocks = []
     while held < k:
         n = min(ks, k - held)
         agreed = 0
@@ -178,12 +180,12 @@ def _layered_round(s: TwoDrafts, k: int, ks: int, u: list[float], at: int, kind:
         seconds += sum(timed(small.draft_ms / 1000.0, 1 + i) for i in range(n))
         seconds += timed(large.draft_ms / 1000.0 * (b.target(n + 1, 0) / b.target(1, 0) if n < ks else shape), 1)
         small_n += n
-        batches += 1
+        blocks.append((n, agreed))
         held += agreed + 1
     accepted = 0
     while accepted < k and u[at + accepted] < a_l[min(accepted, len(a_l) - 1)]:
         accepted += 1
-    return accepted, seconds, small_n, batches
+    return accepted, seconds, small_n, blocks
 
 
 _LAYERED: dict[tuple, tuple[int, int, float]] = {}   # best_layered's answers
@@ -260,7 +262,7 @@ def simulate(s: TwoDrafts, setting: str, seed: int, params: Params | None = None
     now = [0.0]
     drafts = {x.name: x for x in s.drafts}
     if setting == "both":
-        policy = PairPolicy.build(1, 8, None, True, learned, params, clock=lambda: now[0])
+        policy = LayeredPair.build(1, 8, None, True, learned, params, clock=lambda: now[0])
     elif setting == "oracle":
         policy = _Oracle(s, lambda: tokens)
     elif setting in drafts:
@@ -294,7 +296,15 @@ def simulate(s: TwoDrafts, setting: str, seed: int, params: Params | None = None
         a = drafted = steps = 0
         draft_s = sync_s = 0.0
         missing = 0
-        if k and name in drafts:
+        blocks: list[tuple[int, int]] = []
+        if k and name == LAYERED:
+            kind = s.kind(tokens)
+            a, draft_s, small_n, blocks = _layered_round(s, k, policy.block, u, tokens, kind, timed)
+            drafted, steps, sync_s = k, len(blocks), 0.0
+            used[SMALL] += small_n
+            used[LARGE] += k
+            seen[SMALL] = seen[LARGE] = tokens + a
+        elif k and name in drafts:
             d = drafts[name]
             acc = d.accept[s.kind(tokens)]
             drafted = k
@@ -313,8 +323,9 @@ def simulate(s: TwoDrafts, setting: str, seed: int, params: Params | None = None
         policy.observe(Step(index=rounds, k=k, drafted=drafted, accepted=a, emitted=emitted, draft_seconds=draft_s,
                             verify_seconds=verify_s, drafting=policy.drafting, draft_steps=steps,
                             verify_batch=drafted + 1, probe=probe, sync_tokens=missing, sync_seconds=sync_s,
-                            source=source, scored=scored, scored_hits=hits, score_seconds=score_s))
-        if drafted:
+                            source=source, scored=scored, scored_hits=hits, score_seconds=score_s,
+                            helper_blocks=tuple(blocks)))
+        if drafted and name in drafts:
             seen[name] = tokens + a
         tokens += emitted
         rounds += 1

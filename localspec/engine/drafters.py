@@ -27,6 +27,8 @@ from .backend import DEVICE_ROWS_MAX, Context
 from .outputs import Rows, chain_for, draft_settings
 from .sampling import Dist, SamplingConfig
 
+GREEDY = SamplingConfig(temperature=0.0)   # the settings of a layered draft's proposals
+
 
 @dataclass
 class Draft:
@@ -42,6 +44,7 @@ class Draft:
     scored: str = ""           # a drafter of two scored this round on the tokens it missed
     scored_hits: tuple[bool, ...] = ()   # ... whether its greedy choice was each of them
     score_seconds: float = 0.0
+    helper_blocks: tuple[tuple[int, int], ...] = ()   # a layered draft's: (proposed, kept) per batch
 
 
 _SHORT_BATCH = 8   # tokens: a catch-up this short costs about one decode, not a batch rate
@@ -551,6 +554,66 @@ class ModelDrafter:
         self._measured(synced, t_sync, steps, seconds)
         return Draft(tokens, None if cfg.greedy else dists, seconds, steps, synced, t_sync, confidence,
                      waited=waited)
+
+    def draft_checked(self, helper: ModelDrafter, context: list[int], k: int, block: int) -> Draft:
+        """Up to ``k`` of this draft's greedy tokens after ``context``, sooner: ``helper`` (a
+        smaller draft) proposes up to ``block`` tokens, this draft checks them in one batch and
+        keeps those it would have chosen itself, then adds its own choice (speculative decoding
+        between two drafts). The tokens are the ones greedy :meth:`draft` gives, for one batch
+        per block instead of one decode per token. A layered draft is one-hot (no
+        distributions): under sampling the target judges it as it judges a lookup's.
+
+        Returns:
+            The Draft, with ``helper_blocks``: (proposed, kept) per batch.
+        """
+        t0 = time.perf_counter()
+        self.settle()
+        k = min(k, self.ctx.n_ctx - (len(context) - self.offset) - block)
+        if k <= 0:
+            return Draft([], None, 0.0, 0)
+        ctx = self.ctx
+        ctx.sample_on_device(chain_for(GREEDY, confidence=False))
+        limit = self._n_out if self._n_out < self._n_in else None
+        rows, synced = self._sync(context)
+        t_sync = time.perf_counter() - t0
+        tokens, blocks, steps = [rows.argmax(0, limit)], [], 1
+        ctx.mark()                      # (a recurrent draft's checkpoint, as in draft)
+        since, end = len(ctx.tokens), len(context)
+        try:
+            while len(tokens) < k and not self._eog[tokens[-1]]:
+                # The helper proposes after the draft so far, appended for the call (a copy of
+                # the context would cost a round its length).
+                context[end:] = tokens
+                props = helper.draft(context, min(block, k - len(tokens)), GREEDY, None).tokens
+                rows = ctx.decode_rows(self._map(tokens[-1:] + props), len(props) + 1)
+                steps += 1
+                kept = 0
+                while kept < len(props) and rows.argmax(kept, limit) == props[kept] and not self._eog[props[kept]]:
+                    kept += 1
+                blocks.append((len(props), kept))
+                tokens += props[:kept]
+                if kept < len(props):
+                    self._drop(len(props) - kept, since, context)
+                if len(tokens) < k:
+                    tokens.append(rows.argmax(kept, limit))
+        finally:
+            del context[end:]
+            helper._known = min(helper._known, end - helper.offset)   # what came after was a proposal
+        seconds = time.perf_counter() - t0
+        return Draft(tokens, None, seconds, steps, synced, t_sync, helper_blocks=tuple(blocks))
+
+    def _drop(self, n: int, since: int, context: list[int]) -> None:
+        """Take the last ``n`` tokens out of the cache, which held ``context`` (from
+        ``offset``) up to ``since`` and drafts after it; a recurrent state goes back to a
+        checkpoint and decodes again what it keeps after that."""
+        ctx = self.ctx
+        want = len(ctx.tokens) - n
+        tail = ctx.tokens[since:want]
+        kept = ctx.truncate(want)
+        if kept < want:
+            o = self.offset
+            head = self._map(context[o + kept:o + since]) if kept < since else []
+            ctx.decode(head + tail[max(kept - since, 0):], logits="none")
 
     def close(self) -> None:
         try:

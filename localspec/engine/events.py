@@ -74,6 +74,8 @@ class Step:
     scored: str = ""             # the idle one of two drafts, scored on the tokens it missed
     scored_hits: tuple[bool, ...] = ()   # ... whether it predicted each of them
     score_seconds: float = 0.0   # ... the time that took
+    # A layered round of two drafts: the small one's blocks, (proposed, agreed with the large one).
+    helper_blocks: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

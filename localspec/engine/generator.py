@@ -228,7 +228,7 @@ class Generator:
                         draft_steps=d.steps, verify_batch=n + 1, probe=probe, sync_tokens=d.sync_tokens,
                         sync_seconds=d.sync_seconds, confidence=tuple(d.confidence or ()), source=d.source,
                         wait_seconds=d.waited, scored=d.scored, scored_hits=d.scored_hits,
-                        score_seconds=d.score_seconds)
+                        score_seconds=d.score_seconds, helper_blocks=d.helper_blocks)
             stats.step(step)
             yield step
             step_index += 1

@@ -2,10 +2,12 @@
 
 A small draft is cheap and does well on easy stretches of an answer; a larger one costs
 more a token and holds up where the small one fails. The policy
-(:class:`~localspec.engine.policy.PairPolicy`) measures both and says each round which one
+(:class:`~localspec.engine.policy.LayeredPair`) measures both and says each round which one
 drafts and how far; the other's cache stays behind and catches up, in one batch, the next
-time it drafts (its usual sync, see :class:`~localspec.engine.drafters.ModelDrafter`), or earlier when
-the policy has it scored on the tokens it missed (:meth:`ModelDrafter.score`).
+time it drafts (its usual sync, see :class:`~localspec.engine.drafters.ModelDrafter`), or
+earlier when the policy has it scored on the tokens it missed (:meth:`ModelDrafter.score`).
+In a layered round the large draft drafts from the small one's blocks
+(:meth:`ModelDrafter.draft_checked`).
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ from .drafters import Draft, Gate, ModelDrafter
 from .sampling import SamplingConfig
 
 SMALL, LARGE = "small", "large"     # the drafts' names, as Step.source carries them
+LAYERED = "layered"                  # a round the large draft drafted from the small one's blocks
 
 
 class Route(Protocol):
-    """This round's draft (SMALL or LARGE), the draft to score on the tokens it missed
-    (``score``, "" for none) and whether each draft drafts at all."""
+    """This round's draft (SMALL, LARGE or LAYERED, with the small draft's ``block``), the
+    draft to score on the tokens it missed (``score``, "" for none) and whether each draft
+    drafts at all."""
 
     route: str
     score: str
+    block: int
 
     def drafting_now(self, name: str) -> bool: ...
 
@@ -74,7 +79,10 @@ class PairDrafter:
         route = self._route
         name, scored = (route.route, route.score) if route is not None else (SMALL, "")
         score = self.drafts[scored].score(context, self._answer) if scored else None
-        d = self.drafts[name].draft(context, k, cfg, rng, gate)
+        if name == LAYERED and self.large.grammar is None:
+            d = self.large.draft_checked(self.small, context, k, route.block)
+        else:
+            d = self.drafts[LARGE if name == LAYERED else name].draft(context, k, cfg, rng, gate)
         d.source = name if d.steps else ""
         if score is not None:
             d.scored, (d.scored_hits, d.score_seconds) = scored, score

@@ -44,6 +44,11 @@ class StatsRecorder:
             mine["drafted"] += r.drafted
             mine["accepted"] += r.accepted
             mine["rounds"] += 1
+            if r.helper_blocks:   # a layered round: the small draft's proposals to the large one
+                helper = s.by_drafter.setdefault("small_for_large", {"drafted": 0, "accepted": 0, "rounds": 0})
+                helper["drafted"] += sum(n for n, _ in r.helper_blocks)
+                helper["accepted"] += sum(a for _, a in r.helper_blocks)
+                helper["rounds"] += 1
             self.rounds_drafting += 1
             while len(self._drafted_at) < r.drafted:
                 self._drafted_at.append(0)

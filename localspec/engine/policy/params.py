@@ -50,6 +50,10 @@ class Params:
     route_prior: float = 4.0        # ... acceptance evidence the idle one keeps when scored [tokens]
     route_recent: int = 6           # the draft in use's last rounds read on their own at a stretch change [rounds]
     route_recent_min: int = 3       # ... once there are this many [rounds]
+    layer_block: int = 2            # layered drafts: the small one proposes up to this per large-draft batch [tokens]
+    layer_switches: int = 3         # ... this many switches within 1.5 windows go layered [switches]
+    layer_window: int = 512         # ... a single draft expected faster over this many tokens ... [tokens]
+    layer_margin: float = 0.05      # ... by this much leaves [fraction]
     measure_loop: bool = True       # price a round's time beyond its decodes (the loop's Python)
     own_apart: bool = True          # the policy's own time priced on drafting rounds only (a pause skips it)
     monotone: bool = True           # fit verify costs that never fall with the batch size

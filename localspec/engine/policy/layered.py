@@ -1,0 +1,178 @@
+"""Two draft models layered: the small one drafts for the large one, the large one for the target.
+
+Switching between the drafts pays where the text stays one kind long enough for a switch
+to be told and repaid: a change is seen a few dozen tokens late, and every switch costs a
+catch-up. Where the text alternates faster than that, the switching pair loses to the
+better single draft. Layered rounds need no switch: the small draft proposes blocks of
+``layer_block`` tokens, the large one checks each block in one batch and extends it (its
+own greedy choices where the small one went wrong) until it holds K tokens, and the target
+verifies those. Per stretch a layered round is slower than the draft that suits the stretch
+(the small one alone on easy text, the large one alone on hard), but it is never the wrong
+draft, and it measures both drafts every round: the small one's agreement with the large
+one, the large one's acceptance by the target.
+
+The pair goes layered when its draft in use changed ``layer_switches`` times within 1.5 ×
+``layer_window`` tokens (the text alternates faster than a switch pays), and leaves when,
+over the last ``layer_window`` tokens, a single draft at the acceptance it showed there, or
+the target alone, is expected ``layer_margin`` faster than the layered rounds were. The mode
+an answer ended in starts the next.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from ..events import Step
+from . import predict
+from .adaptive import AdaptivePolicy
+from .pair import LARGE, SMALL, USE, PairPolicy, best_rate
+from .params import DEFAULT, Params
+
+LAYERED = "layered"   # a layered round's Step.source, and the learned mode (engine/pair.py's)
+
+
+class LayeredPair(PairPolicy):
+    """:class:`PairPolicy` with a third way to draft: layered rounds (see the module docstring).
+
+    Args:
+        as PairPolicy; ``use`` may also be :data:`LAYERED`.
+    """
+
+    def __init__(self, small: AdaptivePolicy, large: AdaptivePolicy, params: Params = DEFAULT,
+                 use: str | None = None):
+        super().__init__(small, large, params, None if use == LAYERED else use)
+        self.block = params.layer_block      # tokens the small draft proposes per large-draft batch
+        self.layered = use == LAYERED and small.drafting and large.drafting
+        self.layerings = 0                   # times the pair went layered
+        self._at = 0                         # tokens so far
+        self._switched: deque[int] = deque(maxlen=params.layer_switches)   # where the draft in use last changed
+        # Layered rounds in the last ``layer_window`` tokens: (tokens, seconds, small's
+        # agreed and failed blocks' tokens, the large one's accepted and failed).
+        self._rounds: deque[tuple[int, float, int, int, int, int]] = deque()
+        self._held = 0                       # tokens those rounds emitted
+
+    def drafting_now(self, name: str) -> bool:
+        if self.route == LAYERED:
+            return name in (SMALL, LARGE)
+        return super().drafting_now(name)
+
+    def gate(self):
+        return None if self.route == LAYERED else super().gate()   # (a layered draft is greedy)
+
+    def next_k(self) -> int:
+        if self.layered and not (self.small.drafting and self.large.drafting):
+            self._leave(LARGE if self.large.drafting else SMALL, None)
+        if not self.layered:
+            return super().next_k()
+        self.probe = self.measuring = False
+        self.score = ""
+        k = self.large.next_k() and self._layered_k()
+        self.route = LAYERED if k else LARGE      # (a plain step its policy asked for)
+        self.ks = {SMALL: self.block if k else 0, LARGE: k}
+        return k
+
+    def _layered_k(self) -> int:
+        """Sets the small draft's block and returns the K of the highest expected rate of a
+        layered round: the large draft's acceptance, the target's costs, and each draft's
+        measured steps, one large-draft batch per block (priced as one of its steps)."""
+        pol, small = self.large, self.small
+        s_first, s_next = small.costs.draft_seconds()
+        l_first, _ = pol.costs.draft_seconds()
+        a = small.acc.mean
+
+        def per_token(b: int) -> float:   # the draft's seconds per token it holds
+            return (s_first + (b - 1) * s_next + l_first) / (1.0 + sum(a ** i for i in range(1, b + 1)))
+
+        self.block = min(range(1, self.p.layer_block + 1), key=per_token)
+        per = per_token(self.block)
+        cont, acc = pol.acc.rates()
+        c = pol.costs
+        curve = predict.curve(c.table(), pol.ladder, cont, acc, per + c.loop(True), per, c.loop(False))
+        return predict.best(curve, pol.k)[0]
+
+    def observe(self, step: Step) -> str | None:
+        self._at += step.emitted
+        if not self.layered:
+            use = self.use
+            note = super().observe(step)
+            if self.use != use:
+                self._switched.append(self._at)
+                if (len(self._switched) == self.p.layer_switches
+                        and self._at - self._switched[0] <= self.p.layer_window * 1.5):
+                    self._enter()
+                    note = f"{note}; the text alternates faster than a switch pays: layered drafts"
+            return note
+        if step.source != LAYERED:
+            note = self.large.observe(step)       # its plain step
+            self.small.observe_other(step)
+            return note and f"large draft: {note}"
+        # Acceptances only: whether layered rounds pay is this policy's to judge, not the
+        # drafts' own (their costs alone are not a layered round's).
+        agreed = failed = 0
+        for n, a in step.helper_blocks:
+            self.small.acc.judge(n, n, a)
+            agreed, failed = agreed + a, failed + int(a < n)
+        self.small.observe_other(step)
+        self.large.observe_other(step)
+        self.large.acc.judge(step.k, step.drafted, step.accepted)
+        self._rounds.append((step.emitted, step.draft_seconds + step.verify_seconds, agreed, failed,
+                             step.accepted, int(step.accepted < step.drafted)))
+        self._held += step.emitted
+        while self._held - self._rounds[0][0] >= self.p.layer_window:
+            self._held -= self._rounds.popleft()[0]
+        return self._judge_layers()
+
+    def _enter(self) -> None:
+        self.layered = True
+        self.layerings += 1
+        self._rounds.clear()
+        self._held = 0
+
+    def _judge_layers(self, least: int | None = None) -> str | None:
+        """Leave layered drafting when, over the last ``layer_window`` tokens (at least
+        ``least`` of them, at an answer's end), a single draft at the acceptance it showed
+        there is expected faster than the layered rounds were."""
+        if self._held < (self.p.layer_window if least is None else least):
+            return None
+        tokens = sum(r[0] for r in self._rounds)
+        seconds = sum(r[1] for r in self._rounds)
+        rates = {}
+        for name, (s, f) in ((SMALL, (2, 3)), (LARGE, (4, 5))):
+            succ, fail = sum(r[s] for r in self._rounds), sum(r[f] for r in self._rounds)
+            rates[name] = best_rate(self.policies[name], (succ + 1.0) / (succ + fail + 2.0)) or 0.0
+        plain = self.large.plain_step_seconds()
+        rates["target"] = 1.0 / plain if plain else 0.0
+        best = max(rates, key=rates.get)
+        layered = tokens / seconds if seconds > 0 else 0.0
+        if rates[best] <= layered * (1.0 + self.p.layer_margin):
+            return None
+        # (the target alone: the large draft's policy, in use again, pauses on its own evidence)
+        return self._leave(LARGE if best == "target" else best,
+                           f"the {best} {'alone' if best == 'target' else 'draft alone'} is expected faster "
+                           f"on this text ({rates[best]:.0f} vs {layered:.0f} tok/s layered)")
+
+    def _leave(self, name: str, why: str | None) -> str | None:
+        self.layered = False
+        self._switched.clear()
+        self.use = self.route = name
+        self._recent.clear()
+        self.idle = self.idle_tokens = 0
+        self._budget = self.p.route_budget
+        return why
+
+    def learned(self) -> dict | None:
+        """As PairPolicy's; layered rounds go on in the next answer unless this one's, however
+        few (a quarter of ``layer_window`` at least), say a single draft is faster."""
+        if self.layered:
+            self._judge_layers(self.p.layer_window // 4)
+        out = super().learned()
+        if out is not None and self.layered:
+            out[USE] = LAYERED
+        return out
+
+    def describe(self) -> str:
+        return f"{super().describe()}, or layered"
+
+    def estimates(self) -> dict:
+        return super().estimates() | {"layered": self.layered, "layerings": self.layerings,
+                                      "in_use": LAYERED if self.layered else self.use}
