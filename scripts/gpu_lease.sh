@@ -12,7 +12,8 @@
 # 3. first.jsonl: each batch size's first decodes, answer after answer (gpu_diag --first-decodes).
 # 4. load.jsonl: which tiny test models load with every layer offloaded (gpu_diag --load-probe).
 # 5. greedy.log: tests/test_engine_greedy.py offloaded, Python's fault handler on.
-# 6. gpu-check.json and gpu-check.log: scripts/gpu_check.sh's benchmark (GPU_CHECK_RUNS=2).
+# 6. layered.json: whether a layered draft pays on the GPU (scripts/bench_layered.py).
+# 7. gpu-check.json and gpu-check.log: scripts/gpu_check.sh's benchmark (GPU_CHECK_RUNS=2).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +38,8 @@ step "load probe"
 timeout 50 "$PY" scripts/gpu_diag.py --load-probe >"$OUT_DIR/load.jsonl" 2>&1
 step "greedy tests"
 timeout 40 "$PY" -m pytest -q -x -p no:cacheprovider tests/test_engine_greedy.py >"$OUT_DIR/greedy.log" 2>&1
+step "layered drafts"
+timeout 45 "$PY" scripts/bench_layered.py --runs 2 -k 8 >"$OUT_DIR/layered.json" 2>"$OUT_DIR/layered.log"
 step "gpu_check's benchmark"
 GPU_CHECK_RUNS=${GPU_CHECK_RUNS:-2} GPU_CHECK_TESTS=${GPU_CHECK_TESTS:-tests/test_mtp.py} \
     GPU_CHECK_TEST_SECONDS=${GPU_CHECK_TEST_SECONDS:-30} \

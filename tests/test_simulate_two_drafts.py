@@ -197,3 +197,20 @@ def test_without_layered_rounds_short_stretches_lose(scenarios):
     never = params_with({"layer_switches": 10**6})
     assert sd.evaluate(scenarios["mixed-64"], 3, never)["both_over_better_single"] < 0.97
     assert sd.evaluate(scenarios["mixed-64"], 3)["both_over_better_single"] >= 0.97
+
+
+def test_no_layered_rounds_where_they_would_not_make_the_large_drafts_tokens_cheaper(scenarios):
+    """The same alternating text, but a small draft nearly as dear as the large one, or a
+    target (and so a device) whose batches cost half a step more a token: layered rounds
+    would draft the large draft's own tokens dearer than it does alone, and the pair switches
+    (3-4 times an answer) without going layered."""
+    from dataclasses import replace
+
+    s = scenarios["mixed-64"]
+    small, large = s.drafts
+    dear_small = replace(s, drafts=(replace(small, draft_ms=large.draft_ms * 0.95), large))
+    linear = replace(s, base=replace(s.base, target_ms=tuple(20.0 + 10.0 * (b - 1) for b in range(1, 10))))
+    for case in (dear_small, linear):
+        for seed in range(6):
+            assert sd.simulate(case, "both", seed)[2]["in_use"] != LAYERED, seed
+    assert sum(sd.simulate(s, "both", seed)[2]["in_use"] == LAYERED for seed in range(6)) >= 3

@@ -246,3 +246,22 @@ def test_layered_sampling_is_lossless(zoo, monkeypatch):
         counts, drafted, accepted = sample_pairs(e, prompt, cfg, 2000)
     assert 0 < accepted < drafted
     assert chi_square_p(counts, expected, 2000) > ALPHA
+
+
+def test_bench_layered_script(trio, tmp_path):
+    """scripts/bench_layered.py times the large draft's greedy draft alone and from the small
+    one's blocks, and checks both give the same tokens (JSON out)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _, small, large = trio
+    out = tmp_path / "layered.json"
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_layered.py"
+    r = subprocess.run([sys.executable, str(script), "--large", str(large), "--small", str(small), "--runs", "1",
+                        "-k", "4", "--blocks", "1,2", "-n", "40", "--threads", "1", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert [(c["k"], c["block"]) for c in data["cells"]] == [(4, 1), (4, 2)]
+    assert all(c["identical"] and c["alone_ms_per_token"] > 0 and c["checked_ms_per_token"] > 0 for c in data["cells"])

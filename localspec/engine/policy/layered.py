@@ -71,24 +71,39 @@ class LayeredPair(PairPolicy):
         self.ks = {SMALL: self.block if k else 0, LARGE: k}
         return k
 
+    def _per_token(self, block: int) -> tuple[float, float]:
+        """(seconds per token the large draft holds in a layered round with blocks of
+        ``block``, and drafting alone): the small draft's steps and a large-draft batch per
+        block, the batch priced as its step times the target's cost of that batch over a
+        step (the device's, which both models share), over the tokens a block brings at the
+        small draft's agreement."""
+        s_first, s_next = self.small.costs.draft_seconds()
+        l_first, l_next = self.large.costs.draft_seconds()
+        step = l_next or l_first
+        table = self.large.costs.table()
+        shape = table[block + 1] / table[1] if len(table) > block + 1 and table[1] > 0 else 1.0
+        a = self.small.acc.mean
+        held = 1.0 + sum(a ** i for i in range(1, block + 1))
+        return (s_first + (block - 1) * s_next + step * shape) / held, step
+
     def _layered_k(self) -> int:
         """Sets the small draft's block and returns the K of the highest expected rate of a
-        layered round: the large draft's acceptance, the target's costs, and each draft's
-        measured steps, one large-draft batch per block (priced as one of its steps)."""
-        pol, small = self.large, self.small
-        s_first, s_next = small.costs.draft_seconds()
-        l_first, _ = pol.costs.draft_seconds()
-        a = small.acc.mean
-
-        def per_token(b: int) -> float:   # the draft's seconds per token it holds
-            return (s_first + (b - 1) * s_next + l_first) / (1.0 + sum(a ** i for i in range(1, b + 1)))
-
-        self.block = min(range(1, self.p.layer_block + 1), key=per_token)
-        per = per_token(self.block)
+        layered round: the large draft's acceptance, the target's costs, and the draft's
+        price per token (:meth:`_per_token`)."""
+        pol = self.large
+        self.block = min(range(1, self.p.layer_block + 1), key=lambda b: self._per_token(b)[0])
+        per = self._per_token(self.block)[0]
         cont, acc = pol.acc.rates()
         c = pol.costs
         curve = predict.curve(c.table(), pol.ladder, cont, acc, per + c.loop(True), per, c.loop(False))
         return predict.best(curve, pol.k)[0]
+
+    def _cheaper(self) -> bool:
+        """Whether layered rounds make the large draft's tokens cheaper than it drafts them
+        alone (not where a batch costs its tokens' steps, as on a CPU, or the small draft is
+        nearly as dear)."""
+        per, alone = min(self._per_token(b) for b in range(1, self.p.layer_block + 1))
+        return 0.0 < per < alone
 
     def observe(self, step: Step) -> str | None:
         self._at += step.emitted
@@ -98,7 +113,7 @@ class LayeredPair(PairPolicy):
             if self.use != use:
                 self._switched.append(self._at)
                 if (len(self._switched) == self.p.layer_switches
-                        and self._at - self._switched[0] <= self.p.layer_window * 1.5):
+                        and self._at - self._switched[0] <= self.p.layer_window * 1.5 and self._cheaper()):
                     self._enter()
                     note = f"{note}; the text alternates faster than a switch pays: layered drafts"
             return note
