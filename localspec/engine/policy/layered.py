@@ -146,7 +146,8 @@ class LayeredPair(PairPolicy):
     def _judge_layers(self, least: int | None = None) -> str | None:
         """Leave layered drafting when, over the last ``layer_window`` tokens (at least
         ``least`` of them, at an answer's end), a single draft at the acceptance it showed
-        there is expected faster than the layered rounds were."""
+        there, or the target alone, is expected ``layer_margin`` faster than the layered
+        rounds were (a window of at most ~100 rounds: summed each round, it costs microseconds)."""
         if self._held < (self.p.layer_window if least is None else least):
             return None
         tokens = sum(r[0] for r in self._rounds)
