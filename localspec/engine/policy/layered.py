@@ -46,8 +46,8 @@ class LayeredPair(PairPolicy):
         self.layerings = 0                   # times the pair went layered
         self._at = 0                         # tokens so far
         self._switched: deque[int] = deque(maxlen=params.layer_switches)   # where the draft in use last changed
-        # Layered rounds in the last ``layer_window`` tokens: (tokens, seconds, small's
-        # agreed and failed blocks' tokens, the large one's accepted and failed).
+        # Layered rounds in the last ``layer_window`` tokens: (tokens, seconds, the small
+        # draft's agreed tokens and cut blocks, the large one's accepted tokens and failed rounds).
         self._rounds: deque[tuple[int, float, int, int, int, int]] = deque()
         self._held = 0                       # tokens those rounds emitted
 
