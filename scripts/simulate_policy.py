@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         params = params_with(overrides) if overrides else None
         two = simulate_drafts.load(a.scenarios)
         if two is not None:
+            if a.ablate:
+                print(json.dumps(simulate_drafts.ablate(two, a.seeds), indent=1))
+                return 0
             return _two_drafts(simulate_drafts.report(two, a.seeds, params, a.cold), a.table)
         if a.ablate:
             print(json.dumps(ablate(load(a.scenarios), a.seeds), indent=1))

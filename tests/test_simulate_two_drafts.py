@@ -214,3 +214,12 @@ def test_no_layered_rounds_where_they_would_not_make_the_large_drafts_tokens_che
         for seed in range(6):
             assert sd.simulate(case, "both", seed)[2]["in_use"] != LAYERED, seed
     assert sum(sd.simulate(s, "both", seed)[2]["in_use"] == LAYERED for seed in range(6)) >= 3
+
+
+def test_ablation_switches_each_mechanism_off(scenarios):
+    """`simulate_policy.py --ablate` on two-draft scenarios: each mechanism of the pair's
+    policy off in turn, against the full policy; layered rounds carry 64-token stretches."""
+    out = sd.ablate([scenarios["mixed-64"]], 4)
+    assert [a["mechanism"] for a in out["ablations"]] == list(sd.ABLATIONS)
+    layered = out["ablations"][0]
+    assert layered["mechanism"] == "layered rounds" and layered["earns_its_place"], layered

@@ -28,7 +28,7 @@ counted); a large draft's batch of n costs its decode times the target's batch-n
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..engine.events import Step
 from ..engine.policy import LARGE, LAYERED, SMALL, AdaptivePolicy, FixedPolicy, LayeredPair, Params
@@ -384,6 +384,39 @@ def report(scenarios: list[TwoDrafts], seeds: int = 1, params: Params | None = N
     ratios = [r["both_over_better_single"] for r in results]
     return {"scenarios": results, "min_both_over_better_single": min(ratios),
             "min_both_over_oracle": min(r["both_over_oracle"] for r in results), "seeds": seeds, "cold": cold}
+
+
+# Each mechanism of the two drafts' policy, switched off by these parameters (docs/drafts.md).
+ABLATIONS = {
+    "layered rounds": {"layer_switches": 10**6},
+    "scores within a time budget": {"route_budget": 0.0},
+    "the draft in use's last rounds read on their own": {"route_recent_min": 10**6},
+    "scores back off while they keep the draft in use": {"score_backoff": 1.0},
+}
+
+
+def _both_tps(s: TwoDrafts, seeds: int, params: Params | None) -> float:
+    """The pair's tokens per second over ``seeds`` answers, each after an earlier one (as
+    :func:`evaluate` runs it)."""
+    seeds = max(seeds, -(-seeds * MIN_TOKENS // s.base.tokens))
+    runs = [simulate(s, "both", seed, params, simulate(s, "both", seeds + seed, params)[2]) for seed in range(seeds)]
+    return sum(r[0] for r in runs) / sum(r[1] for r in runs)
+
+
+def ablate(scenarios: list[TwoDrafts], seeds: int = 1) -> dict:
+    """Each mechanism switched off in turn: how much the pair loses (or gains) per scenario
+    against the full policy; a mechanism earns its place where some scenario loses >= 0.5%
+    without it."""
+    base = {s.name: _both_tps(s, seeds, None) for s in scenarios}
+    out = []
+    for name, overrides in ABLATIONS.items():
+        params = replace(Params(), **overrides)
+        changes = {s.name: 1.0 - _both_tps(s, seeds, params) / base[s.name] for s in scenarios}
+        worst = max(changes, key=changes.get)
+        out.append({"mechanism": name, "params": overrides, "worst_scenario": worst,
+                    "loss_without": round(changes[worst], 4), "earns_its_place": changes[worst] >= 0.005,
+                    "losses": {k: round(v, 4) for k, v in changes.items() if abs(v) >= 0.005}})
+    return {"ablations": out, "seeds": seeds}
 
 
 def load(path: str) -> list[TwoDrafts] | None:
