@@ -156,6 +156,28 @@ def run_to_done(engine: Engine, tokens, *, cancel=None, **kw) -> tuple[Done, lis
     return done, events
 
 
+def alone_and_with(engine: Engine, tokens, drafter: DrafterKind, max_tokens: int) -> tuple[Done, Done]:
+    """The greedy answer to ``tokens`` of the target alone, then with ``drafter`` (each from
+    a fresh cache)."""
+    out = []
+    for kind in (DrafterKind.NONE, drafter):
+        engine.reset()
+        out.append(list(engine.run(tokens, RunSpec(drafter=kind, sampling=GREEDY, max_tokens=max_tokens)))[-1])
+    return out[0], out[1]
+
+
+@pytest.fixture
+def always_layered(monkeypatch):
+    """Two drafts' policy started layered (as after an answer that ended layered), not
+    pausing; K up to 6."""
+    import localspec.engine.engine as engine_module
+    from localspec.engine.policy import LAYERED, LayeredPair
+
+    layered = {"in_use": LAYERED}
+    monkeypatch.setattr(engine_module, "policy_for",
+                        lambda spec, learned=None, ratio=None: LayeredPair.build(1, 6, None, False, layered))
+
+
 @dataclass
 class CliResult:
     """What a ``localspec`` command did: the shape of subprocess.CompletedProcess."""

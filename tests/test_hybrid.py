@@ -6,11 +6,11 @@ import json
 
 import llama_cpp.llama_cpp as ll
 import pytest
-from conftest import make_engine, run_cli, run_to_done
+from conftest import alone_and_with, make_engine, run_cli, run_to_done
 from test_sampling import ALPHA, chi_square_p, exact_two_tokens, sample_pairs
 from tiny import TinySpec, hybrid_spec, mamba2_spec, mamba_spec
 
-from localspec.engine import SamplingConfig, Step, StopReason
+from localspec.engine import DrafterKind, SamplingConfig, Step, StopReason
 from localspec.engine.compat import check_files
 
 GREEDY = SamplingConfig(temperature=0.0)
@@ -200,6 +200,14 @@ def test_run_json_shows_checkpoint_cost(models):
     assert "checkpoints" in r.stderr
 
 
+def recurrent_and_hybrid_drafts(models):
+    """An engine with a Llama target, a Mamba draft and an LFM2 draft."""
+    from localspec.engine import Engine, EngineConfig
+
+    return Engine(EngineConfig(target=str(models["llama-agree"]), draft=str(models["mamba-agree"]),
+                               draft2=str(models["lfm2-d"]), n_ctx=512, rollback_depth=9))
+
+
 def test_two_drafts_scoring_recurrent_and_hybrid_drafts(models):
     """Two drafts whose states are recurrent (Mamba) and hybrid (LFM2): the idle one's scores
     decode the tokens it missed in one batch with every row read, and the answer is the
@@ -207,41 +215,23 @@ def test_two_drafts_scoring_recurrent_and_hybrid_drafts(models):
     draft, whose tokens the target never accepts and which starts paused, is probed now and
     then, not every round (its probe's verdict waits for a plain step the other draft, drafting
     every round, does not take)."""
-    from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
-
-    with Engine(EngineConfig(target=str(models["llama-agree"]), draft=str(models["mamba-agree"]),
-                             draft2=str(models["lfm2-d"]), n_ctx=512, rollback_depth=9)) as e:
+    with recurrent_and_hybrid_drafts(models) as e:
         for prompt in PROMPTS[:2] * 2:
-            toks = e.tokenize(prompt)
-            e.reset()
-            want = list(e.run(toks, RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY, max_tokens=120)))[-1]
-            e.reset()
-            got = list(e.run(toks, RunSpec(drafter=DrafterKind.MODELS, sampling=GREEDY, max_tokens=120)))[-1]
+            want, got = alone_and_with(e, e.tokenize(prompt), DrafterKind.MODELS, 120)
             assert got.token_ids == want.token_ids, prompt
             assert got.summary.drafted > 0 and got.policy["pair"] is True
             bad = got.summary.by_drafter.get("large", {"drafted": 0})
             assert bad["drafted"] <= 12, got.summary.by_drafter
 
 
-def test_layered_rounds_with_recurrent_and_hybrid_drafts(models, monkeypatch):
+@pytest.mark.usefixtures("always_layered")
+def test_layered_rounds_with_recurrent_and_hybrid_drafts(models):
     """Every round layered, the large draft checking the small one's blocks: a recurrent or
     hybrid draft gives back a block's dropped tokens from its checkpoint (decoding again what
     it keeps), and the answer is the target's alone."""
-    import localspec.engine.engine as engine_module
-    from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
-    from localspec.engine.policy import LAYERED, LayeredPair
-
-    layered = {"in_use": LAYERED}
-    monkeypatch.setattr(engine_module, "policy_for",
-                        lambda spec, learned=None, ratio=None: LayeredPair.build(1, 6, None, False, layered))
-    with Engine(EngineConfig(target=str(models["llama-agree"]), draft=str(models["mamba-agree"]),
-                             draft2=str(models["lfm2-d"]), n_ctx=512, rollback_depth=9)) as e:
+    with recurrent_and_hybrid_drafts(models) as e:
         for prompt in PROMPTS[:2]:
-            toks = e.tokenize(prompt)
-            e.reset()
-            want = list(e.run(toks, RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY, max_tokens=60)))[-1]
-            e.reset()
-            got = list(e.run(toks, RunSpec(drafter=DrafterKind.MODELS, sampling=GREEDY, max_tokens=60)))[-1]
+            want, got = alone_and_with(e, e.tokenize(prompt), DrafterKind.MODELS, 60)
             assert got.token_ids == want.token_ids, prompt
             blocks = got.summary.by_drafter["small_for_large"]
             assert blocks["drafted"] > blocks["accepted"], blocks     # blocks were cut: states went back

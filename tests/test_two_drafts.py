@@ -5,7 +5,7 @@ to the faster draft (in the simulator's terms, see also test_simulate_two_drafts
 import json
 
 import pytest
-from conftest import GREEDY, run_cli
+from conftest import GREEDY, alone_and_with, run_cli
 from tiny import TinySpec, bigram_stretch_swaps
 
 from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
@@ -193,23 +193,16 @@ def test_a_layered_draft_is_the_large_drafts_own(trio):
                 p.close()
 
 
-def test_layered_rounds_give_the_targets_output(trio, monkeypatch):
+@pytest.mark.usefixtures("always_layered")
+def test_layered_rounds_give_the_targets_output(trio):
     """Every round layered (the policy started in that mode, as an answer after one that
     ended layered does): greedy output identical to the target alone, and the tokens counted
     per role (the large draft's for the target, the small one's for the large)."""
-    import localspec.engine.engine as engine_module
-    from localspec.engine.policy import LAYERED, LayeredPair
+    from localspec.engine.policy import LAYERED
 
-    layered = {"in_use": LAYERED}
-    monkeypatch.setattr(engine_module, "policy_for",
-                        lambda spec, learned=None, ratio=None: LayeredPair.build(1, 6, None, False, layered))
     with engine_for(trio) as e:
         for prompt in PROMPTS:
-            toks = e.tokenize(prompt)
-            e.reset()
-            want = list(e.run(toks, RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY, max_tokens=80)))[-1]
-            e.reset()
-            got = list(e.run(toks, RunSpec(drafter=DrafterKind.MODELS, sampling=GREEDY, max_tokens=80)))[-1]
+            want, got = alone_and_with(e, e.tokenize(prompt), DrafterKind.MODELS, 80)
             assert got.token_ids == want.token_ids, prompt
             by = got.summary.by_drafter
             assert set(by) == {"layered", "small_for_large"}, by
@@ -220,23 +213,19 @@ def test_layered_rounds_give_the_targets_output(trio, monkeypatch):
 
 
 @pytest.mark.slow
-def test_layered_sampling_is_lossless(zoo, monkeypatch):
+@pytest.mark.usefixtures("always_layered")
+def test_layered_sampling_is_lossless(zoo):
     """Every round layered under sampling: the layered draft is one-hot (the large draft's
     greedy tokens, see test_a_layered_draft_is_the_large_drafts_own), and rejection sampling
     keeps the target's distribution (the first two tokens' joint frequencies over 2000 seeds
     against the target's exact probabilities)."""
     from test_sampling import ALPHA, chi_square_p, exact_two_tokens, sample_pairs
 
-    import localspec.engine.engine as engine_module
     from localspec.engine import SamplingConfig
-    from localspec.engine.policy import LAYERED, LayeredPair
 
     target = zoo.get(TinySpec(scale=0.35), "flat-target.gguf")
     small = zoo.get(TinySpec(scale=0.35, noise=0.2, n_embd=64, n_layer=1), "flat-small.gguf")
     large = zoo.get(TinySpec(scale=0.35, noise=0.05), "flat-large.gguf")
-    layered = {"in_use": LAYERED}
-    monkeypatch.setattr(engine_module, "policy_for",
-                        lambda spec, learned=None, ratio=None: LayeredPair.build(1, 3, None, False, layered))
     cfg = SamplingConfig(temperature=1.0, top_k=8)
     with Engine(EngineConfig(target=str(target), draft=str(large), draft2=str(small), n_ctx=256,
                              rollback_depth=4, remember=False)) as e:
