@@ -283,10 +283,17 @@ def ablate(scenarios: list[Scenario], seeds: int = 1) -> dict:
     scenario against the full policy; a mechanism earns its place where some scenario
     loses >= 0.5% without it."""
     base = {r["name"]: r["default_tps"] for r in report(scenarios, seeds)["scenarios"]}
+    return ablations(ABLATIONS, base, lambda s, params: _default_tps(s, seeds, params), scenarios, seeds)
+
+
+def ablations(mechanisms: dict[str, dict], base: dict[str, float], tps, scenarios: list, seeds: int) -> dict:
+    """The ablation report: for each mechanism (switched off by its parameters), what
+    ``tps(scenario, params)`` loses against ``base`` (tokens per second by scenario name) in
+    each scenario; it earns its place where some scenario loses >= 0.5%."""
     out = []
-    for name, overrides in ABLATIONS.items():
+    for name, overrides in mechanisms.items():
         params = params_with(overrides)
-        changes = {s.name: 1.0 - _default_tps(s, seeds, params) / base[s.name] for s in scenarios}
+        changes = {s.name: 1.0 - tps(s, params) / base[s.name] for s in scenarios}
         worst = max(changes, key=changes.get)
         out.append({"mechanism": name, "params": overrides, "worst_scenario": worst,
                     "loss_without": round(changes[worst], 4), "earns_its_place": changes[worst] >= 0.005,

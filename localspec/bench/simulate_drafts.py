@@ -28,12 +28,12 @@ counted); a large draft's batch of n costs its decode times the target's batch-n
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..engine.events import Step
 from ..engine.policy import LARGE, LAYERED, SMALL, AdaptivePolicy, FixedPolicy, LayeredPair, Params
 from ..errors import BadInput
-from .simulate import MIN_TOKENS, Scenario, scenario_items
+from .simulate import MIN_TOKENS, Scenario, ablations, scenario_items
 
 SETTINGS = ("both", SMALL, LARGE, "target", "oracle", "layered")
 REFERENCE = ("oracle", "layered")   # knowing the stretches: what is reachable, not a policy
@@ -408,15 +408,7 @@ def ablate(scenarios: list[TwoDrafts], seeds: int = 1) -> dict:
     against the full policy; a mechanism earns its place where some scenario loses >= 0.5%
     without it."""
     base = {s.name: _both_tps(s, seeds, None) for s in scenarios}
-    out = []
-    for name, overrides in ABLATIONS.items():
-        params = replace(Params(), **overrides)
-        changes = {s.name: 1.0 - _both_tps(s, seeds, params) / base[s.name] for s in scenarios}
-        worst = max(changes, key=changes.get)
-        out.append({"mechanism": name, "params": overrides, "worst_scenario": worst,
-                    "loss_without": round(changes[worst], 4), "earns_its_place": changes[worst] >= 0.005,
-                    "losses": {k: round(v, 4) for k, v in changes.items() if abs(v) >= 0.005}})
-    return {"ablations": out, "seeds": seeds}
+    return ablations(ABLATIONS, base, lambda s, params: _both_tps(s, seeds, params), scenarios, seeds)
 
 
 def load(path: str) -> list[TwoDrafts] | None:

@@ -215,6 +215,7 @@ class ModelDrafter:
         n_draft = ctx.model.n_vocab
         self._n_out = min(n_draft, n_vocab_target or n_draft)   # ids the draft may propose
         self._n_in = n_draft                                     # ids the draft can read
+        self._limit = self._n_out if self._n_out < n_draft else None   # a pick's bound (None: every id)
         self._may_lack = (n_vocab_target or n_draft) > n_draft   # the target has ids it lacks
         self._stand_in = max(0, ctx.model.eos) if ctx.model.eos < n_draft else 0
         self._reader: threading.Thread | None = None    # a read running alongside the target
@@ -495,7 +496,7 @@ class ModelDrafter:
         rows_n = min(len(todo), ctx.n_batch, DEVICE_ROWS_MAX)
         rows = ctx.decode_rows(todo, rows_n)
         first = at + len(todo) - rows_n + 1   # the token the first row predicts
-        limit = self._n_out if self._n_out < self._n_in else None
+        limit = self._limit
         hits = tuple(rows.argmax(j, limit) == context[first + j] for j in range(max(start - first, 0), rows_n))
         seconds = time.perf_counter() - t0
         self._measured(len(todo), seconds, 0, 0.0)
@@ -528,7 +529,7 @@ class ModelDrafter:
         tokens: list[int] = []
         dists: list[Dist | None] = []
         confidence: list[float] = []
-        limit = self._n_out if self._n_out < self._n_in else None   # never an id the target lacks
+        limit = self._limit   # never an id the target lacks
         for i in range(k):
             picked = pick(rows, cfg, rng, gate, i + 1, limit, g)
             if picked is None:
@@ -573,7 +574,7 @@ class ModelDrafter:
             return Draft([], None, 0.0, 0)
         ctx = self.ctx
         ctx.sample_on_device(chain_for(GREEDY, confidence=False))
-        limit = self._n_out if self._n_out < self._n_in else None
+        limit = self._limit
         rows, synced = self._sync(context)
         t_sync = time.perf_counter() - t0
         tokens, blocks, steps = [rows.argmax(0, limit)], [], 1

@@ -38,17 +38,10 @@ class StatsRecorder:
         else:
             s.tokens_drafting_off += r.emitted
         if r.drafted:
-            mine = s.by_drafter.get(r.source or s.drafter)
-            if mine is None:
-                mine = s.by_drafter[r.source or s.drafter] = {"drafted": 0, "accepted": 0, "rounds": 0}
-            mine["drafted"] += r.drafted
-            mine["accepted"] += r.accepted
-            mine["rounds"] += 1
+            self._tally(r.source or s.drafter, r.drafted, r.accepted)
             if r.helper_blocks:   # a layered round: the small draft's proposals to the large one
-                helper = s.by_drafter.setdefault("small_for_large", {"drafted": 0, "accepted": 0, "rounds": 0})
-                helper["drafted"] += sum(n for n, _ in r.helper_blocks)
-                helper["accepted"] += sum(a for _, a in r.helper_blocks)
-                helper["rounds"] += 1
+                self._tally("small_for_large", sum(n for n, _ in r.helper_blocks),
+                            sum(a for _, a in r.helper_blocks))
             self.rounds_drafting += 1
             while len(self._drafted_at) < r.drafted:
                 self._drafted_at.append(0)
@@ -57,6 +50,15 @@ class StatsRecorder:
                 self._drafted_at[i] += 1
             for i in range(r.accepted):
                 self._accepted_at[i] += 1
+
+    def _tally(self, name: str, drafted: int, accepted: int) -> None:
+        """One round's drafted and accepted tokens, counted under ``name`` in ``by_drafter``."""
+        mine = self.s.by_drafter.get(name)
+        if mine is None:
+            mine = self.s.by_drafter[name] = {"drafted": 0, "accepted": 0, "rounds": 0}
+        mine["drafted"] += drafted
+        mine["accepted"] += accepted
+        mine["rounds"] += 1
 
     def rollback(self, target_mode: str, draft_mode: str | None, delta: dict, redecoded: int) -> None:
         s = self.s

@@ -71,28 +71,32 @@ class LayeredPair(PairPolicy):
         self.ks = {SMALL: self.block if k else 0, LARGE: k}
         return k
 
-    def _per_token(self, block: int) -> tuple[float, float]:
-        """(seconds per token the large draft holds in a layered round with blocks of
-        ``block``, and drafting alone): the small draft's steps and a large-draft batch per
-        block, the batch priced as its step times the target's cost of that batch over a
-        step (the device's, which both models share), over the tokens a block brings at the
-        small draft's agreement."""
+    def _priced(self) -> tuple[int, float, float]:
+        """(the small draft's block, the seconds per token the large draft holds in a layered
+        round with blocks of it, and drafting alone), the block the cheapest of 1 to
+        ``layer_block``: the small draft's steps and a large-draft batch per block, the batch
+        priced as its step times the target's cost of that batch over a step (the device's,
+        which both models share), over the tokens a block brings at the small draft's agreement."""
         s_first, s_next = self.small.costs.draft_seconds()
         l_first, l_next = self.large.costs.draft_seconds()
         step = l_next or l_first
         table = self.large.costs.table()
-        shape = table[block + 1] / table[1] if len(table) > block + 1 and table[1] > 0 else 1.0
         a = self.small.acc.mean
-        held = 1.0 + sum(a ** i for i in range(1, block + 1))
-        return (s_first + (block - 1) * s_next + step * shape) / held, step
+        best = (0, 0.0)
+        for block in range(1, self.p.layer_block + 1):
+            shape = table[block + 1] / table[1] if len(table) > block + 1 and table[1] > 0 else 1.0
+            held = 1.0 + sum(a ** i for i in range(1, block + 1))
+            per = (s_first + (block - 1) * s_next + step * shape) / held
+            if not best[0] or per < best[1]:
+                best = (block, per)
+        return best[0], best[1], step
 
     def _layered_k(self) -> int:
         """Sets the small draft's block and returns the K of the highest expected rate of a
         layered round: the large draft's acceptance, the target's costs, and the draft's
-        price per token (:meth:`_per_token`)."""
+        price per token (:meth:`_priced`)."""
         pol = self.large
-        self.block = min(range(1, self.p.layer_block + 1), key=lambda b: self._per_token(b)[0])
-        per = self._per_token(self.block)[0]
+        self.block, per, _ = self._priced()
         cont, acc = pol.acc.rates()
         c = pol.costs
         curve = predict.curve(c.table(), pol.ladder, cont, acc, per + c.loop(True), per, c.loop(False))
@@ -102,7 +106,7 @@ class LayeredPair(PairPolicy):
         """Whether layered rounds make the large draft's tokens cheaper than it drafts them
         alone (not where a batch costs its tokens' steps, as on a CPU, or the small draft is
         nearly as dear)."""
-        per, alone = min(self._per_token(b) for b in range(1, self.p.layer_block + 1))
+        _, per, alone = self._priced()
         return 0.0 < per < alone
 
     def observe(self, step: Step) -> str | None:
