@@ -1,19 +1,18 @@
 #!/usr/bin/env python3
 """Two drafts against the better single draft on a generated trio. Writes JSON.
 
-The trio (tests/tiny, real llama.cpp): a bigram target (~100x dearer a step than the small
-draft), a small draft whose predictions are swapped on every other stretch of ``--stretch``
-tokens of the bigram's permutation cycle, and a larger draft (~10x cheaper than the target)
-that is right nearly everywhere. Variants: ``mixed`` (easy and hard stretches in turn; as
-the target's answer cycles through tokens of its own, the small draft is right on only 16%
-of it, in stretches of 20-30 tokens, at the default 128), ``easy`` (the small draft right
-everywhere) and ``hard`` (wrong everywhere). Settings: the
-target alone, each draft alone and both (``-d SMALL -d LARGE``), every one adaptive and
-greedy. Runs alternate settings (a slow spell of the shared machine hits all alike); each
-setting's first run warms it and is not counted; medians are reported, and the ratio of
-both over the better single draft.
+The trio (tests/tiny, real llama.cpp, one bigram over a 4,096-token vocabulary, so a 512-token
+answer never repeats itself): a target; a large draft (a step ~1/5 of the target's) right
+nearly everywhere; and a small draft (~1/5 of the large one's step) whose predictions are
+swapped after the tokens of every other stretch of ``--stretch`` tokens of the target's own
+answer, so it fails there. Variants: ``mixed`` (easy and hard stretches in turn), ``easy``
+(the small draft right everywhere) and ``hard`` (wrong everywhere). Settings: the target
+alone, each draft alone and both (``-d SMALL -d LARGE``), every one adaptive and greedy. Runs
+alternate settings (a slow spell of the shared machine hits all alike); each setting's first
+run warms it and is not counted; medians are reported, and the ratio of both over the better
+single draft.
 
-    python scripts/bench_two_drafts.py --runs 5 --threads 1 -n 512 --out docs/bench/two-drafts-trio.json
+    python scripts/bench_two_drafts.py --runs 9 --threads 1 -n 512 --out docs/bench/two-drafts-trio.json
 """
 
 from __future__ import annotations
@@ -36,37 +35,32 @@ PROMPT = "The quick brown fox"
 GREEDY = SamplingConfig(temperature=0.0, seed=0)
 
 
-def trio(root: Path, stretch: int) -> dict[str, Path]:
-    """The target, the large draft and the small drafts of every variant."""
-    from tiny import TinySpec, TinyZoo, bigram_stretch_swaps
+VOCAB = 4096
+
+
+def trio(root: Path, stretch: int, n: int) -> dict[str, Path]:
+    """The target, the large draft and the small drafts of every variant, made for the target's
+    answer of ``n`` tokens to PROMPT."""
+    from tiny import TinySpec, TinyZoo, answer_stretch_swaps
 
     root.mkdir(parents=True, exist_ok=True)
     zoo = TinyZoo(root)
-    target = zoo.get(TinySpec(n_embd=768, n_ff=1536, n_layer=4, n_head=8, n_head_kv=4, bigram_seed=5,
-                              layer_gain=0.05, f16=True), "bigram-big.gguf")
-    large = zoo.get(TinySpec(n_embd=256, n_ff=512, n_layer=2, bigram_seed=5, layer_gain=0.05), "bigram-medium.gguf")
-    with Engine(EngineConfig(target=str(target), n_ctx=64, remember=False)) as e:
-        start, n_vocab = e.tokenize(PROMPT)[-1], e.target_model.n_vocab
-    small = {"easy": (), "mixed": bigram_stretch_swaps(5, n_vocab, start, stretch),
-             "hard": _all_swaps(5, n_vocab, start)}
+    bigram = {"bigram_seed": 5, "layer_gain": 0.05, "n_vocab": VOCAB}
+    target = zoo.get(TinySpec(n_embd=768, n_ff=1536, n_layer=4, n_head=8, n_head_kv=4, f16=True, **bigram),
+                     "trio-target.gguf")
+    large = zoo.get(TinySpec(n_embd=512, n_ff=1024, n_layer=2, n_head=8, n_head_kv=4, f16=True, **bigram),
+                    "trio-large.gguf")
+    with Engine(EngineConfig(target=str(target), n_ctx=n + 64, remember=False)) as e:
+        tokens = e.tokenize(PROMPT)
+        done = list(e.run(tokens, RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY, max_tokens=n)))[-1]
+    answer = tokens[-1:] + list(done.token_ids)
+    every = list(dict.fromkeys(t for t in answer[:-1] if t))
+    small = {"easy": (), "mixed": answer_stretch_swaps(answer, stretch), "hard": tuple(every[: len(every) // 2 * 2])}
     out = {"target": target, "large": large}
     for name, swaps in small.items():
-        out[f"small-{name}"] = zoo.get(TinySpec(n_embd=64, n_layer=1, bigram_seed=5, layer_gain=0.05,
-                                                bigram_swaps=swaps), f"bigram-small-{name}-{stretch}.gguf")
+        out[f"small-{name}"] = zoo.get(TinySpec(n_embd=64, n_layer=1, bigram_swaps=swaps, **bigram),
+                                       f"trio-small-{name}.gguf")
     return out
-
-
-def _all_swaps(seed: int, n_vocab: int, start: int) -> tuple[int, ...]:
-    """Swaps that make the small draft wrong after every token of the target's answer."""
-    from tiny import bigram_sigma
-
-    sigma, cycle = bigram_sigma(seed, n_vocab), []
-    t = int(sigma[start])
-    while t not in cycle:
-        cycle.append(t)
-        t = int(sigma[t])
-    cycle = [t for t in cycle if t != 0]
-    return tuple(cycle[: len(cycle) // 2 * 2])
 
 
 def run_variant(files: dict, variant: str, args) -> dict:
@@ -118,9 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stretch", type=int, default=128, help="tokens per easy or hard stretch (mixed)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--variants", default="mixed,easy,hard")
+    ap.add_argument("--models", type=Path, default=ROOT / ".cache" / "bench_two_drafts" / "models",
+                    help="where the trio is written")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    files = trio(ROOT / ".cache" / "bench_two_drafts" / "models", args.stretch)
+    files = trio(args.models, args.stretch, args.n)
     results = []
     out = {"runs": args.runs, "tokens": args.n, "stretch": args.stretch, "threads": args.threads,
            "prompt": PROMPT, "results": results}

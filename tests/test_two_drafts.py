@@ -6,7 +6,7 @@ import json
 
 import pytest
 from conftest import GREEDY, alone_and_with, run_cli
-from tiny import TinySpec, bigram_stretch_swaps
+from tiny import TinySpec, answer_stretch_swaps
 
 from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
 
@@ -20,9 +20,10 @@ def trio(zoo, cost_pairs):
     the target) is wrong on every other 24 tokens of the answer to PROMPTS[0], the large one
     (about 10x cheaper) nearly always right."""
     target = cost_pairs["big"]
-    with Engine(EngineConfig(target=str(target), n_ctx=64, remember=False)) as e:
-        start, n_vocab = e.tokenize(PROMPTS[0])[-1], e.target_model.n_vocab
-    swaps = bigram_stretch_swaps(5, n_vocab, start, 24)
+    with Engine(EngineConfig(target=str(target), n_ctx=256, remember=False)) as e:
+        tokens = e.tokenize(PROMPTS[0])
+        answer = list(e.run(tokens, RunSpec(drafter=DrafterKind.NONE, sampling=GREEDY, max_tokens=150)))[-1]
+    swaps = answer_stretch_swaps(tokens[-1:] + list(answer.token_ids), 24)
     small = zoo.get(TinySpec(n_embd=64, n_layer=1, bigram_seed=5, layer_gain=0.05, bigram_swaps=swaps),
                     "bigram-small-stretches.gguf")
     large = zoo.get(TinySpec(n_embd=256, n_ff=512, n_layer=2, bigram_seed=5, layer_gain=0.05), "bigram-medium.gguf")
@@ -254,3 +255,22 @@ def test_bench_layered_script(trio, tmp_path):
     data = json.loads(out.read_text())
     assert [(c["k"], c["block"]) for c in data["cells"]] == [(4, 1), (4, 2)]
     assert all(c["identical"] and c["alone_ms_per_token"] > 0 and c["checked_ms_per_token"] > 0 for c in data["cells"])
+
+
+def test_bench_two_drafts_script(tmp_path):
+    """scripts/bench_two_drafts.py writes the trio (its small draft wrong on every other
+    stretch of the target's own answer), runs every setting and reports JSON; the outputs
+    are the target's alone."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "trio.json"
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_two_drafts.py"
+    r = subprocess.run([sys.executable, str(script), "--runs", "1", "-n", "64", "--stretch", "16", "--variants",
+                        "mixed", "--models", str(tmp_path / "models"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (res,) = json.loads(out.read_text())["results"]
+    assert res["variant"] == "mixed" and res["identical_to_target"]
+    assert set(res["median_tps"]) == {"target", "small", "large", "both"} and res["both_over_better_single"] > 0

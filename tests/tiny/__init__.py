@@ -14,9 +14,9 @@ spec class (:class:`TinySpec`, parametrised by ``arch``) says what to generate; 
 
 from .spec import ARCHS, REAL_VOCAB, RECURRENT_ARCHS, TinySpec, hybrid_spec, mamba2_spec, mamba_spec, qwen35_spec
 from .vocab import CHATML, SPECIALS, bpe_vocab
-from .weights import bigram_sigma, bigram_stretch_swaps
+from .weights import answer_stretch_swaps, bigram_sigma
 from .write import TinyZoo, split_paths, write_model
 
-__all__ = ["ARCHS", "CHATML", "REAL_VOCAB", "RECURRENT_ARCHS", "SPECIALS", "TinySpec", "TinyZoo", "bigram_sigma",
-           "bigram_stretch_swaps", "bpe_vocab", "hybrid_spec", "mamba2_spec", "mamba_spec", "qwen35_spec",
-           "split_paths", "write_model"]
+__all__ = ["ARCHS", "CHATML", "REAL_VOCAB", "RECURRENT_ARCHS", "SPECIALS", "TinySpec", "TinyZoo",
+           "answer_stretch_swaps", "bigram_sigma", "bpe_vocab", "hybrid_spec", "mamba2_spec", "mamba_spec",
+           "qwen35_spec", "split_paths", "write_model"]

@@ -241,16 +241,23 @@ def bigram_sigma(seed: int, n_vocab: int) -> np.ndarray:
     return np.random.default_rng(seed).permutation(n_vocab)
 
 
-def bigram_stretch_swaps(seed: int, n_vocab: int, start: int, stretch: int) -> tuple[int, ...]:
-    """``bigram_swaps`` for a draft that is wrong on every other ``stretch`` tokens of the
-    answer a ``seed`` bigram target gives after token ``start`` (its cycle from there):
-    easy and hard stretches in turn, the first one easy."""
-    sigma = bigram_sigma(seed, n_vocab)
-    cycle, t = [], int(sigma[start])
-    while t not in cycle:
-        cycle.append(t)
-        t = int(sigma[t])
-    hard = [t for i, t in enumerate(cycle) if (i // stretch) % 2 == 1 and t != 0]
+def answer_stretch_swaps(answer: list[int], stretch: int) -> tuple[int, ...]:
+    """``bigram_swaps`` for a draft of a bigram target that is wrong on every other ``stretch``
+    tokens of ``answer``: easy and hard stretches in turn, the first one easy.
+
+    Args:
+        answer: the prompt's last token, then the target's own greedy answer after it (taken
+            from a run, so every turn the target makes off its permutation counts).
+        stretch: tokens per stretch.
+
+    Returns:
+        the tokens after which the draft is wrong, in pairs (t, u): after t it predicts what
+        follows u. A token that also precedes an easy position, token 0, and an odd one out
+        are left alone, so a stretch can hold a few right guesses.
+    """
+    before = answer[:-1]
+    easy = {t for i, t in enumerate(before) if (i // stretch) % 2 == 0}
+    hard = list(dict.fromkeys(t for i, t in enumerate(before) if (i // stretch) % 2 == 1 and t not in easy and t))
     return tuple(hard[: len(hard) // 2 * 2])
 
 
