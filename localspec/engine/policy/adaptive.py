@@ -67,21 +67,18 @@ class AdaptivePolicy:
         self.clock = clock
         self.state = State.MEASURING
         self.k = self._on_ladder(params.first_k)
-        self.round = self.tokens = 0
+        self.round = self.tokens = self.draft_rounds = 0
         self.since_plain = 0          # drafting rounds since the last plain step
         self.since_resume = 0         # drafting rounds since drafting (re)started
-        self.draft_rounds = 0
         self.since_probe = 0          # tokens since the last probe (while paused)
         self.probe_every = params.probe_min
         self.refresh_every = params.refresh_min
         self.backoff, self.failed = 1, 0   # failed probes in a row widen the gap by this
         self.t_last: float | None = None
         self.pauses = self.probes = 0
-        self.predicted_speedup = 1.0
-        self.seeded = False
+        self.predicted_speedup, self.seeded = 1.0, False
         self._reason: str | None = "starting: measuring draft and target costs"
-        self._note: str | None = None
-        self._cache: dict = {}
+        self._note, self._cache = None, {}   # (a sentence to tell; curves by their arguments)
         if isinstance(learned, dict) and learned.get("version") == SCHEMA:
             try:
                 self.costs.seed(learned["costs"])
@@ -144,9 +141,7 @@ class AdaptivePolicy:
         return max(self.probe_every - self.since_probe - 1, 0)
 
     def passed(self, rounds: int, tokens: int) -> None:
-        self.round += rounds
-        self.tokens += tokens
-        self.since_probe += tokens
+        self.round, self.tokens, self.since_probe = self.round + rounds, self.tokens + tokens, self.since_probe + tokens
         self.t_last = None
 
     def _count(self, r: Step, own: bool, now: float) -> None:
@@ -192,6 +187,10 @@ class AdaptivePolicy:
             if self.state is State.DRAFTING and self.costs.known:   # fresh evidence: decide on it
                 self.since_resume += 1
                 self._note = self._decide() or self._note
+
+    def reconsider(self) -> None:   # decide on evidence gathered outside its rounds (a pair's score)
+        if self.costs.known and self.state is State.PAUSED:
+            self._note = self._decide() or self._note
 
     def observe(self, r: Step) -> str | None:
         """Learn from a finished round; a sentence when drafting turns on or off."""

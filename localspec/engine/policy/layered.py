@@ -12,7 +12,10 @@ draft, and it measures both drafts every round: the small one's agreement with t
 one, the large one's acceptance by the target.
 
 The pair goes layered when its draft in use changed ``layer_switches`` times within 1.5 ×
-``layer_window`` tokens (the text alternates faster than a switch pays), and leaves when,
+``layer_window`` tokens (the text alternates faster than a switch pays) and, on the recent
+text, layered rounds would have made the large draft's tokens ``layer_margin`` cheaper than
+it drafts them alone (:meth:`SmallHits.blocks`: where the small draft's agreement swings
+between stretches, its mean would price them wrong). It leaves when,
 over the last ``layer_window`` tokens, a single draft at the acceptance it showed there, or
 the target alone, is expected ``layer_margin`` faster than the layered rounds were. The mode
 an answer ended in starts the next.
@@ -27,6 +30,7 @@ from . import predict
 from .adaptive import AdaptivePolicy
 from .pair import LARGE, SMALL, USE, PairPolicy, best_rate
 from .params import DEFAULT, Params
+from .recent import SmallHits
 
 LAYERED = "layered"   # a layered round's Step.source, and the learned mode (engine/pair.py's)
 
@@ -50,6 +54,7 @@ class LayeredPair(PairPolicy):
         # draft's agreed tokens and cut blocks, the large one's accepted tokens and failed rounds).
         self._rounds: deque[tuple[int, float, int, int, int, int]] = deque()
         self._held = 0                       # tokens those rounds emitted
+        self.hits = SmallHits(params.layer_window)   # the small draft's hits while not layered
 
     def drafting_now(self, name: str) -> bool:
         if self.route == LAYERED:
@@ -103,17 +108,25 @@ class LayeredPair(PairPolicy):
         return predict.best(curve, pol.k)[0]
 
     def _cheaper(self) -> bool:
-        """Whether layered rounds make the large draft's tokens cheaper than it drafts them
-        alone (not where a batch costs its tokens' steps, as on a CPU, or the small draft is
-        nearly as dear)."""
-        _, per, alone = self._priced()
-        return 0.0 < per < alone
+        """Whether layered rounds would have made the large draft's tokens ``layer_margin``
+        cheaper than it drafts them alone on the recent text, the small draft's blocks cut
+        where its hits there say (at its mean agreement before it has any): not where a batch
+        costs its tokens' steps, as on a CPU, nor where the small draft is nearly as dear."""
+        block, per, alone = self._priced()
+        s_first, s_next = self.small.costs.draft_seconds()
+        table = self.large.costs.table()
+        shape = table[block + 1] / table[1] if len(table) > block + 1 and table[1] > 0 else 1.0
+        blocks, held = self.hits.blocks(block)
+        if held:
+            per = blocks * (s_first + (block - 1) * s_next + alone * shape) / held
+        return 0.0 < per < alone * (1.0 - self.p.layer_margin)
 
     def observe(self, step: Step) -> str | None:
         self._at += step.emitted
         if not self.layered:
             use = self.use
             note = super().observe(step)
+            self.hits.add(step, use)
             if self.use != use:
                 self._switched.append(self._at)
                 if (len(self._switched) == self.p.layer_switches

@@ -7,15 +7,15 @@ every round to the draft whose expected tokens per second are higher.
 
 The draft in use is measured every round; its last few rounds, read on their own, move its
 expected rate at once when a stretch changes (its policy's memory lags by tens of rounds).
-The idle one is *scored*: when it catches up on the tokens it missed (at most 64), it
-predicts each of them, and a greedy draft's predictions on the text are exactly the rounds
-it would have drafted there. A score compares the two drafts on the same tokens and keeps
-the faster one in use. The idle draft is scored when its evidence says it may be faster,
-when the text changes under the draft in use (a shift in its acceptance; its last rounds
-easier under the large draft or harder under the small one), and otherwise as time goes
-by, scores taking at most ``route_budget`` of the time, a share divided by
-``score_backoff`` by every score that keeps the draft in use. A draft whose costs are not
-known yet drafts a round instead. The draft in use when an answer ends starts the next.
+The idle one, paused by its own policy or not, is *scored*: catching up on the tokens it
+missed (at most 64) it predicts each, and a greedy draft's predictions on the text are
+exactly the rounds it would have drafted there. A score compares the two on the same tokens
+and keeps the faster in use. It comes when the idle draft's evidence says it may be faster,
+when the text changes (a shift in the acceptance of the draft in use; its last rounds easier
+under the large draft or harder under the small one; the idle one's probe all accepted),
+and otherwise within ``route_budget`` of the time, a share divided by ``score_backoff`` by
+each score that keeps the draft in use. A draft whose costs are not known yet drafts a
+round instead. The draft in use when an answer ends starts the next.
 """
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ class PairPolicy:
             self.probe = True
         elif not mine.drafting:
             self.route = idle if other.drafting else use         # the draft in use is paused
-        elif not self.ks[use] or not other.drafting:
+        elif not self.ks[use] or not (other.drafting or other.costs.known):
             self.route = use                                     # (a plain step it asked for)
         else:
             self.route = self._choose(use, idle)
@@ -190,7 +190,7 @@ class PairPolicy:
             self.scores += 1
             other.acc.thin(p.route_prior)
             return idle
-        if self.idle_tokens < p.score_min:
+        if self.idle_tokens < (1 if self._due else p.score_min):
             return use                            # too little missed to score it on
         r_idle = self._rate_after_catchup(idle)
         faster = r_idle is not None and r_idle > r_use * (1.0 + p.route_margin) and not self._kept
@@ -245,33 +245,31 @@ class PairPolicy:
         """Draft ``name``'s predictions on the tokens it missed, read as the rounds it would
         have drafted at its K (a greedy draft's rounds exactly), against the other draft's
         rounds on the same tokens: the faster on them is the one in use. A score the text's
-        change called for compares the two on the tokens since it (the other's last
-        ``route_recent`` rounds), not on what came before."""
+        change called for compares them on the other's last ``route_recent`` rounds' tokens,
+        however few; only a score of ``score_min`` tokens replaces the draft's evidence."""
         pol, other = self.policies[name], SMALL if name == LARGE else LARGE
         changed, self._changed = self._changed, False
-        if len(hits) < self.p.score_min:
+        if len(hits) < (1 if changed else self.p.score_min):
             return                                 # too few to tell the two apart
-        pol.acc.thin(self.p.route_prior)           # its stale evidence yields to the score
-        k = max(pol.k_now or self.ks[name] or self.p.first_k, 1)
-        mine = _rounds(hits, k)
-        for a, _ in mine:
+        if len(hits) >= self.p.score_min:
+            pol.acc.thin(self.p.route_prior)       # its stale evidence yields to the score
+        k = max(pol.k_now or self.ks[name] or pol.k, 1)
+        for a, _ in _rounds(hits, k):
             pol.observe_unused(k, k, a)
         track = list(self._tracks[other])
-        n = len(hits)
-        if changed:
-            n = min(max(sum(e for e, _, _ in track[-self.p.route_recent:]), self.p.score_min), n)
-            mine = _rounds(hits[len(hits) - n:], k)
+        n = min(sum(e for e, _, _ in track[-self.p.route_recent:]), len(hits)) if changed else len(hits)
         seen = [0, 0, 0]
         for emitted, a, f in reversed(track):
             if seen[0] >= n:
                 break
             seen = [seen[0] + emitted, seen[1] + a, seen[2] + f]
-        succ, fail = sum(a for a, _ in mine), sum(f for _, f in mine)
+        succ = sum(hits[len(hits) - n:])          # (per token: a round's unfinished tail counts)
         r_other = best_rate(self.policies[other], (seen[1] + 1.0) / (seen[1] + seen[2] + 2.0))
-        r_name = best_rate(pol, (succ + 1.0) / (succ + fail + 2.0))
+        r_name = best_rate(pol, (succ + 1.0) / (n + 2.0))
         if r_other is None or r_name is None or not seen[1] + seen[2] or name == self.use:
             return
         if r_name > r_other * (1.0 + self.p.route_margin):
+            pol.reconsider()
             self._switch(f"the {_LABEL[name]} does better on the same text ({r_name:.0f} vs {r_other:.0f} tok/s)")
         else:
             self._budget /= self.p.score_backoff
@@ -337,6 +335,8 @@ class PairPolicy:
             self._tracks[step.source].append((step.emitted, step.accepted, int(step.accepted < step.drafted)))
         if step.source == idle:
             self.idle = self.idle_tokens = 0
+            if step.probe and step.drafted and step.accepted == step.drafted:
+                self._text_changed()               # its probe all accepted: the text may suit it now
             if self.measuring:
                 if not (step.scored == idle and len(step.scored_hits) >= self.p.score_min):
                     self._judge(idle)              # (else its score judges it)
