@@ -82,19 +82,23 @@ class LayeredPair(PairPolicy):
         ``layer_block``: the small draft's steps and a large-draft batch per block, the batch
         priced as its step times the target's cost of that batch over a step (the device's,
         which both models share), over the tokens a block brings at the small draft's agreement."""
-        s_first, s_next = self.small.costs.draft_seconds()
         l_first, l_next = self.large.costs.draft_seconds()
         step = l_next or l_first
-        table = self.large.costs.table()
         a = self.small.acc.mean
         best = (0, 0.0)
         for block in range(1, self.p.layer_block + 1):
-            shape = table[block + 1] / table[1] if len(table) > block + 1 and table[1] > 0 else 1.0
-            held = 1.0 + sum(a ** i for i in range(1, block + 1))
-            per = (s_first + (block - 1) * s_next + step * shape) / held
+            per = self._block_seconds(block, step) / (1.0 + sum(a ** i for i in range(1, block + 1)))
             if not best[0] or per < best[1]:
                 best = (block, per)
         return best[0], best[1], step
+
+    def _block_seconds(self, block: int, step: float) -> float:
+        """A block's price: the small draft's ``block`` steps and the large draft's batch of
+        ``block`` + 1 (its ``step`` times the target's cost of that batch over a step)."""
+        s_first, s_next = self.small.costs.draft_seconds()
+        table = self.large.costs.table()
+        shape = table[block + 1] / table[1] if len(table) > block + 1 and table[1] > 0 else 1.0
+        return s_first + (block - 1) * s_next + step * shape
 
     def _layered_k(self) -> int:
         """Sets the small draft's block and returns the K of the highest expected rate of a
@@ -113,12 +117,9 @@ class LayeredPair(PairPolicy):
         where its hits there say (at its mean agreement before it has any): not where a batch
         costs its tokens' steps, as on a CPU, nor where the small draft is nearly as dear."""
         block, per, alone = self._priced()
-        s_first, s_next = self.small.costs.draft_seconds()
-        table = self.large.costs.table()
-        shape = table[block + 1] / table[1] if len(table) > block + 1 and table[1] > 0 else 1.0
         blocks, held = self.hits.blocks(block)
         if held:
-            per = blocks * (s_first + (block - 1) * s_next + alone * shape) / held
+            per = blocks * self._block_seconds(block, alone) / held
         return 0.0 < per < alone * (1.0 - self.p.layer_margin)
 
     def observe(self, step: Step) -> str | None:

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..events import Step
-
-SMALL, LARGE = "small", "large"     # the drafts' names, as Step.source carries them (pair.py's)
+from .pair import LARGE, SMALL
 
 
 class SmallHits:
