@@ -15,10 +15,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from .drafters import Draft, Gate, ModelDrafter
+from .policy import LARGE, LAYERED, SMALL  # the drafts' names, as Step.source carries them
 from .sampling import SamplingConfig
-
-SMALL, LARGE = "small", "large"     # the drafts' names, as Step.source carries them
-LAYERED = "layered"                  # a round the large draft drafted from the small one's blocks
 
 
 class Route(Protocol):

@@ -32,7 +32,7 @@ from .pair import LARGE, SMALL, USE, PairPolicy, best_rate
 from .params import DEFAULT, Params
 from .recent import SmallHits
 
-LAYERED = "layered"   # a layered round's Step.source, and the learned mode (engine/pair.py's)
+LAYERED = "layered"   # a layered round's Step.source, and the learned mode
 
 
 class LayeredPair(PairPolicy):
