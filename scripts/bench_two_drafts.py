@@ -2,8 +2,8 @@
 """Two drafts against the better single draft on a generated trio. Writes JSON.
 
 The trio (tests/tiny, real llama.cpp, one bigram over a 4,096-token vocabulary, so a 512-token
-answer never repeats itself): a target; a large draft (a step ~1/5 of the target's) right
-nearly everywhere; and a small draft (~1/5 of the large one's step) whose predictions are
+answer never repeats itself): a target; a large draft (a step ~1/4 of the target's) right
+nearly everywhere; and a small draft (~1/6 of the large one's step) whose predictions are
 swapped after the tokens of every other stretch of ``--stretch`` tokens of the target's own
 answer, so it fails there. Variants: ``mixed`` (easy and hard stretches in turn), ``easy``
 (the small draft right everywhere) and ``hard`` (wrong everywhere). Settings: the target

@@ -236,19 +236,16 @@ def test_the_trio_where_the_large_draft_is_right_everywhere(scenarios):
     assert sd.evaluate(scenarios["trio-mixed-256"], 3)["both_over_better_single"] >= 1.03
 
 
-def test_a_paused_idle_draft_is_still_scored(scenarios):
+def test_a_paused_idle_draft_is_still_scored(scenarios, monkeypatch):
     """The small draft pauses itself in a hard stretch while the large one drafts; it is still
     scored (a paused draft's own probes come rarely and may fall on hard text), and a score that
     finds it faster resumes it: it drafts in the later easy stretches too."""
     s = scenarios["trio-mixed-256"]
     learned = sd.simulate(s, "both", 1)[2]
     pair = []
-    original = sd.LayeredPair.build
-    sd.LayeredPair.build = classmethod(lambda cls, *a, **kw: pair.append(original(*a, **kw)) or pair[-1])
-    try:
-        sd.simulate(s, "both", 0, learned=learned)
-    finally:
-        sd.LayeredPair.build = original
+    build = sd.LayeredPair.build
+    monkeypatch.setattr(sd.LayeredPair, "build", lambda *a, **kw: pair.append(build(*a, **kw)) or pair[-1])
+    sd.simulate(s, "both", 0, learned=learned)
     assert pair[0].small.pauses >= 1 and pair[0].switches >= 3
     assert pair[0].layerings == 0          # (layered rounds would not pay here: see the next test)
 
