@@ -12,7 +12,7 @@ from localspec.bench import simulate_drafts as sd
 from localspec.bench.simulate import params_with
 from localspec.engine.events import Step
 from localspec.engine.policy import LARGE, LAYERED, SMALL, LayeredPair, PairPolicy
-from localspec.engine.policy.pair import _rounds
+from localspec.engine.policy.predict import greedy_rounds
 from localspec.errors import BadInput
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,8 +130,8 @@ def test_a_score_reads_the_rounds_a_greedy_draft_would_have_drafted():
     follows it), a full round is followed by the target's bonus token, and a round that
     runs past the text's end is left out."""
     hits = (True, True, False, True, True, True, False, False, True, True)
-    assert _rounds(hits, 3) == [(2, 1), (3, 0), (0, 1)]
-    assert _rounds((), 3) == [] and _rounds((True,) * 3, 4) == []
+    assert greedy_rounds(hits, 3) == [(2, 1), (3, 0), (0, 1)]
+    assert greedy_rounds((), 3) == [] and greedy_rounds((True,) * 3, 4) == []
 
 
 def test_stale_evidence_gives_way_to_a_score(scenarios):
@@ -231,9 +231,30 @@ def test_the_trio_where_the_large_draft_is_right_everywhere(scenarios):
     right on all text, so its rounds never tell that the text got easy again, and scores of
     the small draft are the way back to it. On 128- and 256-token stretches the pair keeps up
     with or beats the large draft alone; on uniform text it keeps up with the better one."""
-    for name in ("trio-mixed-128", "trio-easy", "trio-hard"):
+    for name in ("trio-mixed-64", "trio-mixed-128", "trio-easy", "trio-hard"):
         assert sd.evaluate(scenarios[name], 3)["both_over_better_single"] >= 0.97, name
     assert sd.evaluate(scenarios["trio-mixed-256"], 3)["both_over_better_single"] >= 1.03
+
+
+def test_first_tokens_failing_against_the_odds_shorten_k_at_once(scenarios, monkeypatch):
+    """The small draft, right on ~every easy token, meets a hard stretch: within two rounds
+    of first tokens failing it drafts fewer tokens (a failed round costs its K's decodes, and
+    its acceptance, ~50 rounds of memory, would keep K long for rounds: five at K=8 before)."""
+    s = scenarios["trio-mixed-64"]
+    steps = []
+    observe = sd.LayeredPair.observe
+    monkeypatch.setattr(sd.LayeredPair, "observe", lambda self, step: steps.append(step) or observe(self, step))
+    sd.simulate(s, "both", 0, learned=sd.simulate(s, "both", 1)[2])
+    runs, run = [], []
+    for a, b in zip(steps, steps[1:]):
+        if b.source == SMALL and b.drafted > 1 and not b.accepted and (run or a.accepted == a.drafted > 1):
+            run.append(b.k)
+        elif run:
+            runs.append(run)
+            run = []
+    assert len(runs) >= 2, runs
+    for run in runs:
+        assert run.count(run[0]) <= 2, runs
 
 
 def test_a_paused_idle_draft_is_still_scored(scenarios, monkeypatch):

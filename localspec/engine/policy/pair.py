@@ -6,7 +6,8 @@ larger draft costs more a token and holds up there. Each has its own
 every round to the draft whose expected tokens per second are higher.
 
 The draft in use is measured every round; its last few rounds, read on their own, move its
-expected rate at once when a stretch changes (its policy's memory lags by tens of rounds).
+expected rate at once when a stretch changes (its policy's memory lags by tens of rounds);
+the small draft's first tokens failing in a row, unlikely at its acceptance, shorten its K.
 The idle one, paused by its own policy or not, is *scored*: catching up on the tokens it
 missed (at most 64) it predicts each, and a greedy draft's predictions on the text are
 exactly the rounds it would have drafted there. A score compares the two on the same tokens
@@ -20,6 +21,7 @@ round instead. The draft in use when an answer ends starts the next.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import replace
 
@@ -27,24 +29,12 @@ from ..events import Step
 from .acceptance import beta_bounds
 from .adaptive import AdaptivePolicy
 from .params import DEFAULT, Params
+from .predict import best, greedy_rounds
 
 SMALL, LARGE = "small", "large"     # the drafts' names, as Step.source carries them
 USE = "in_use"                       # learned: the draft in use when the answer ended
 _CATCHUP_MAX = 64                    # tokens a draft re-reads at most on coming back (ModelDrafter's)
 _LABEL = {SMALL: "small draft", LARGE: "large draft"}
-
-
-def _rounds(hits, k: int) -> list[tuple[int, int]]:
-    """(accepted, failed) of the rounds of ``k`` a greedy draft with these predictions would
-    have drafted over the text (a round that runs past its end is left out)."""
-    out, i, n = [], 0, len(hits)
-    while i + k <= n or (i < n and not all(hits[i:])):
-        a = 0
-        while a < k and i + a < n and hits[i + a]:
-            a += 1
-        out.append((a, int(a < k)))
-        i += a + 1
-    return out
 
 
 def best_rate(pol: AdaptivePolicy, alpha: float | None = None) -> float | None:
@@ -75,13 +65,11 @@ class PairPolicy:
         self.route = SMALL             # this round's draft
         self.score = ""                # the draft to score this round on the tokens it missed
         self.measuring = False         # this round drafts with the idle draft, to learn its costs
-        self.probe = False
-        self.ks = {SMALL: 0, LARGE: 0}
+        self.probe, self.ks = False, {SMALL: 0, LARGE: 0}
         self.idle = 0                  # rounds since the idle draft last drafted
         self.idle_tokens = 0           # tokens since the idle draft last drafted or was scored
         self.switches = self.scores = 0
-        self._asked = {SMALL: True, LARGE: True}
-        self._probe = {SMALL: False, LARGE: False}
+        self._asked, self._probe = {SMALL: True, LARGE: True}, {SMALL: False, LARGE: False}
         self._shifts = 0
         self._spent = 0.0              # seconds of rounds since the last score
         self._score_rate: dict[str, float] = {}   # seconds per token scored, as measured
@@ -166,6 +154,8 @@ class PairPolicy:
         else:
             self.route = self._choose(use, idle)
         k = self.ks[self.route]
+        if self.route == use == SMALL and self.p.miss_k:
+            k = self.ks[use] = self._after_misses(k)
         if self.route == idle and not self.probe:
             k = k or other.k_now     # the plain steps it would ask for are the ones the other measures
             self.ks[idle] = k
@@ -202,6 +192,16 @@ class PairPolicy:
             self.scores += 1
             self.score = idle
         return use
+
+    def _after_misses(self, k: int) -> int:
+        """``k``, or the small draft's best K at the acceptance its last rounds allow when their
+        first tokens all failed, unlikely (below 1 - Φ(z)) at its acceptance: the text turned
+        hard for it, and a failed round costs K decodes. (The large draft's come on text hard for both.)"""
+        pol = self.small
+        misses = next((i for i, (a, f) in enumerate(reversed(self._recent)) if a or not f), len(self._recent))
+        if misses and k > 1 and (1.0 - pol.acc.mean) ** misses < math.erfc(self.p.z / math.sqrt(2.0)) / 2.0:
+            return min(k, best(pol.curve(beta_bounds(1.0, misses + 1.0, self.p.z)[2]), k)[0])
+        return k
 
     def _recent_bounds(self) -> tuple[float, float, float] | None:
         """(mean, lower, upper) of the draft in use's acceptance over its last rounds (up to
@@ -254,7 +254,7 @@ class PairPolicy:
         if len(hits) >= self.p.score_min:
             pol.acc.thin(self.p.route_prior)       # its stale evidence yields to the score
         k = max(pol.k_now or self.ks[name] or pol.k, 1)
-        for a, _ in _rounds(hits, k):
+        for a, _ in greedy_rounds(hits, k):
             pol.observe_unused(k, k, a)
         track = list(self._tracks[other])
         n = min(sum(e for e, _, _ in track[-self.p.route_recent:]), len(hits)) if changed else len(hits)

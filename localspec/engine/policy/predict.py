@@ -64,3 +64,17 @@ def repays(c: dict[int, tuple[float, float]], k: int, k_new: int, tokens: int, e
         return True
     (t0, s0), (t1, s1) = c[k], c[k_new]
     return min(tokens, horizon) * (s0 / t0 - s1 / t1) > extra
+
+
+def greedy_rounds(hits, k: int) -> list[tuple[int, int]]:
+    """(accepted, failed) of the rounds of ``k`` a greedy draft with these predictions on
+    the text (``hits``: whether it predicts each token) would have drafted; a round that runs
+    past the text's end is left out."""
+    out, i, n = [], 0, len(hits)
+    while i + k <= n or (i < n and not all(hits[i:])):
+        a = 0
+        while a < k and i + a < n and hits[i + a]:
+            a += 1
+        out.append((a, int(a < k)))
+        i += a + 1
+    return out
