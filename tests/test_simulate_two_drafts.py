@@ -257,6 +257,22 @@ def test_first_tokens_failing_against_the_odds_shorten_k_at_once(scenarios, monk
         assert run.count(run[0]) <= 2, runs
 
 
+def test_layered_rounds_are_entered_at_what_they_cost_where_they_ran(scenarios):
+    """A layered round's drafting is priced on the drafts' steps and the device's batch shape;
+    where such rounds ran, what they cost over that price is learned and carried into the
+    next answer, so a pair whose large draft batches dearer than the target does (a real CPU's
+    small model) does not go layered again on a price it never pays."""
+    from localspec.engine.policy.layered import PAID
+
+    learned = sd.simulate(scenarios["cpu-mixed-256"], "both", 1)[2]
+    paid, priced = learned[PAID]
+    assert priced > 0 and paid == pytest.approx(priced, rel=0.01)   # the simulator runs them as priced
+    assert sd.LayeredPair.build(1, 8, None, True, learned)._cheaper()
+    dear = sd.LayeredPair.build(1, 8, None, True, learned | {PAID: [3 * priced, priced]})
+    assert dear._paid == [3 * priced, priced] and not dear._cheaper()
+    assert sd.LayeredPair.build(1, 8, None, True, learned | {PAID: "x"})._paid == [0.0, 0.0]
+
+
 def test_a_paused_idle_draft_is_still_scored(scenarios, monkeypatch):
     """The small draft pauses itself in a hard stretch while the large one drafts; it is still
     scored (a paused draft's own probes come rarely and may fall on hard text), and a score that

@@ -15,7 +15,8 @@ The pair goes layered when its draft in use changed ``layer_switches`` times wit
 ``layer_window`` tokens (the text alternates faster than a switch pays) and, on the recent
 text, layered rounds would have made the large draft's tokens ``layer_margin`` cheaper than
 it drafts them alone (:meth:`SmallHits.blocks`: where the small draft's agreement swings
-between stretches, its mean would price them wrong). It leaves when,
+between stretches, its mean would price them wrong), at what layered rounds cost over that
+price where they ran (a small model's batch may cost more steps than the target's). It leaves when,
 over the last ``layer_window`` tokens, a single draft at the acceptance it showed there, or
 the target alone, is expected ``layer_margin`` faster than the layered rounds were. The mode
 an answer ended in starts the next.
@@ -33,6 +34,7 @@ from .params import DEFAULT, Params
 from .recent import SmallHits
 
 LAYERED = "layered"   # a layered round's Step.source, and the learned mode
+PAID = "layered_cost"  # learned: layered rounds' drafting seconds, measured and as priced
 
 
 class LayeredPair(PairPolicy):
@@ -55,6 +57,7 @@ class LayeredPair(PairPolicy):
         self._rounds: deque[tuple[int, float, int, int, int, int]] = deque()
         self._held = 0                       # tokens those rounds emitted
         self.hits = SmallHits(params.layer_window)   # the small draft's hits while not layered
+        self._paid = [0.0, 0.0]              # layered rounds' drafting: seconds measured, and as priced
 
     def drafting_now(self, name: str) -> bool:
         if self.route == LAYERED:
@@ -114,12 +117,15 @@ class LayeredPair(PairPolicy):
     def _cheaper(self) -> bool:
         """Whether layered rounds would have made the large draft's tokens ``layer_margin``
         cheaper than it drafts them alone on the recent text, the small draft's blocks cut
-        where its hits there say (at its mean agreement before it has any): not where a batch
-        costs its tokens' steps, as on a CPU, nor where the small draft is nearly as dear."""
+        where its hits there say (at its mean agreement before it has any), at what layered
+        rounds cost over that price where they ran: not where a batch costs its tokens'
+        steps, as on a CPU, nor where the small draft is nearly as dear."""
         block, per, alone = self._priced()
         blocks, held = self.hits.blocks(block)
         if held:
             per = blocks * self._block_seconds(block, alone) / held
+        if self._paid[1] > 0:
+            per *= self._paid[0] / self._paid[1]   # what layered rounds cost here, over their price
         return 0.0 < per < alone * (1.0 - self.p.layer_margin)
 
     def observe(self, step: Step) -> str | None:
@@ -148,6 +154,9 @@ class LayeredPair(PairPolicy):
         self.small.observe_other(step)
         self.large.observe_other(step)
         self.large.acc.judge(step.k, step.drafted, step.accepted)
+        l_first, l_next = self.large.costs.draft_seconds()
+        self._paid[0] += step.draft_seconds
+        self._paid[1] += sum(self._block_seconds(n, l_next or l_first) for n, _ in step.helper_blocks)
         self._rounds.append((step.emitted, step.draft_seconds + step.verify_seconds, agreed, failed,
                              step.accepted, int(step.accepted < step.drafted)))
         self._held += step.emitted
@@ -194,14 +203,28 @@ class LayeredPair(PairPolicy):
         self._budget = self.p.route_budget
         return why
 
+    @classmethod
+    def build(cls, draft_min: int, draft_max: int, p_min: float | None, can_pause: bool,
+              learned: dict | None = None, params: Params = DEFAULT, size_ratios: tuple | None = None,
+              **kw) -> LayeredPair:
+        """As PairPolicy's, with what layered rounds cost over their price as ``learned`` says."""
+        pair = super().build(draft_min, draft_max, p_min, can_pause, learned, params, size_ratios, **kw)
+        paid = (learned or {}).get(PAID)
+        if isinstance(paid, list) and len(paid) == 2 and all(isinstance(x, (int, float)) and x >= 0 for x in paid):
+            pair._paid = [float(x) for x in paid]
+        return pair
+
     def learned(self) -> dict | None:
-        """As PairPolicy's; layered rounds go on in the next answer unless this one's, however
-        few (a quarter of ``layer_window`` at least), say a single draft is faster."""
+        """As PairPolicy's, and what layered rounds cost over their price; layered rounds go on
+        in the next answer unless this one's, however few (a quarter of ``layer_window`` at
+        least), say a single draft is faster."""
         if self.layered:
             self._judge_layers(self.p.layer_window // 4)
         out = super().learned()
         if out is not None and self.layered:
             out[USE] = LAYERED
+        if out is not None and self._paid[1] > 0:
+            out[PAID] = self._paid
         return out
 
     def describe(self) -> str:
