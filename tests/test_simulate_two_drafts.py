@@ -257,6 +257,29 @@ def test_first_tokens_failing_against_the_odds_shorten_k_at_once(scenarios, monk
         assert run.count(run[0]) <= 2, runs
 
 
+def test_first_tokens_failing_far_against_the_odds_call_a_score_at_once(scenarios, monkeypatch):
+    """First tokens of the small draft failing in a row where it was right on ~every token,
+    less likely than ``shift_z`` errors, mean the text changed: a score of the large draft is
+    due before the run's fourth round, sooner than the small draft's last rounds' bounds fall."""
+    s = scenarios["trio-mixed-128"]
+    steps, told = [], []
+    observe, changed = sd.LayeredPair.observe, sd.LayeredPair._text_changed
+    monkeypatch.setattr(sd.LayeredPair, "observe", lambda self, step: steps.append(step) or observe(self, step))
+    monkeypatch.setattr(sd.LayeredPair, "_text_changed", lambda self: told.append(len(steps)) or changed(self))
+    runs = 0
+    for seed in range(3):
+        learned = sd.simulate(s, "both", seed + 10)[2]
+        steps.clear(), told.clear()
+        sd.simulate(s, "both", seed, learned=learned)
+        for i in range(1, len(steps) - 2):
+            if (steps[i - 1].source == SMALL == steps[i].source == steps[i + 1].source
+                    and steps[i - 1].accepted == steps[i - 1].drafted > 1 and steps[i].drafted
+                    and not steps[i].accepted and not steps[i + 1].accepted):
+                runs += 1
+                assert any(i + 1 <= t <= i + 3 for t in told), (seed, i, told)   # before its fourth round
+    assert runs >= 3, runs
+
+
 def test_layered_rounds_are_entered_at_what_they_cost_where_they_ran(scenarios):
     """A layered round's drafting is priced on the drafts' steps and the device's batch shape;
     where such rounds ran, what they cost over that price is learned and carried into the

@@ -22,6 +22,11 @@ def beta_bounds(succ: float, fail: float, z: float) -> tuple[float, float, float
     return mean, max(mean - z * sd, 0.0), min(mean + z * sd, 1.0)
 
 
+def beyond(z: float) -> float:
+    """1 - Φ(z): how likely an outcome ``z`` standard deviations out or more is (one-sided)."""
+    return math.erfc(z / math.sqrt(2.0)) / 2.0
+
+
 class AcceptanceModel:
     """Per-position acceptance of one drafter's tokens.
 

@@ -21,12 +21,11 @@ round instead. The draft in use when an answer ends starts the next.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import replace
 
 from ..events import Step
-from .acceptance import beta_bounds
+from .acceptance import beta_bounds, beyond
 from .adaptive import AdaptivePolicy
 from .params import DEFAULT, Params
 from .predict import best, greedy_rounds
@@ -195,13 +194,14 @@ class PairPolicy:
 
     def _after_misses(self, k: int) -> int:
         """``k``, or the small draft's best K at the acceptance its last rounds allow when their
-        first tokens all failed, unlikely (below 1 - Φ(z)) at its acceptance: the text turned
-        hard for it, and a failed round costs K decodes. (The large draft's come on text hard for both.)"""
-        pol = self.small
+        first tokens all failed, unlikely (below 1 - Φ(z)) at its acceptance: the text turned hard
+        for it, and a failed round costs K decodes. Beyond ``shift_z``, a score of the large one is due."""
+        pol, p = self.small, self.p
         misses = next((i for i, (a, f) in enumerate(reversed(self._recent)) if a or not f), len(self._recent))
-        if misses and k > 1 and (1.0 - pol.acc.mean) ** misses < math.erfc(self.p.z / math.sqrt(2.0)) / 2.0:
-            return min(k, best(pol.curve(beta_bounds(1.0, misses + 1.0, self.p.z)[2]), k)[0])
-        return k
+        odds = (1.0 - pol.acc.mean) ** misses if misses else 1.0
+        if odds < beyond(p.shift_z):
+            self._text_changed()
+        return min(k, best(pol.curve(beta_bounds(1.0, misses + 1.0, p.z)[2]), k)[0]) if odds < beyond(p.z) else k
 
     def _recent_bounds(self) -> tuple[float, float, float] | None:
         """(mean, lower, upper) of the draft in use's acceptance over its last rounds (up to
