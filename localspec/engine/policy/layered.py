@@ -29,8 +29,9 @@ from collections import deque
 from ..events import Step
 from . import predict
 from .adaptive import AdaptivePolicy
-from .pair import LARGE, SMALL, USE, PairPolicy, best_rate
+from .pair import LARGE, SMALL, USE, PairPolicy
 from .params import DEFAULT, Params
+from .rates import best_rate
 from .recent import SmallHits
 
 LAYERED = "layered"   # a layered round's Step.source, and the learned mode

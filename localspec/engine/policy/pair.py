@@ -29,20 +29,12 @@ from .acceptance import beta_bounds, beyond
 from .adaptive import AdaptivePolicy
 from .params import DEFAULT, Params
 from .predict import best, greedy_rounds
+from .rates import best_rate, rate_after_catchup
 
 SMALL, LARGE = "small", "large"     # the drafts' names, as Step.source carries them
 USE = "in_use"                       # learned: the draft in use when the answer ended
 _CATCHUP_MAX = 64                    # tokens a draft re-reads at most on coming back (ModelDrafter's)
 _LABEL = {SMALL: "small draft", LARGE: "large draft"}
-
-
-def best_rate(pol: AdaptivePolicy, alpha: float | None = None) -> float | None:
-    """The highest expected tokens per second over K of ``pol`` (acceptance ``alpha`` if
-    given); None until its costs are known."""
-    if not pol.costs.known:
-        return None
-    rates = [t / s for k, (t, s) in pol.curve(alpha).items() if k > 0 and s > 0]
-    return max(rates) if rates else None
 
 
 class PairPolicy:
@@ -181,7 +173,7 @@ class PairPolicy:
             return idle
         if self.idle_tokens < (1 if self._due else p.score_min):
             return use                            # too little missed to score it on
-        r_idle = self._rate_after_catchup(idle)
+        r_idle = rate_after_catchup(other, min(self.idle_tokens, _CATCHUP_MAX), p.route_rounds)
         faster = r_idle is not None and r_idle > r_use * (1.0 + p.route_margin) and not self._kept
         missed = min(self.idle_tokens, _CATCHUP_MAX)
         per = self._score_rate.get(idle)
@@ -225,21 +217,6 @@ class PairPolicy:
         if recent[1] > pol.acc.mean:
             return max(rate, best_rate(pol, recent[1]) or rate)
         return rate
-
-    def _rate_after_catchup(self, name: str, alpha: float | None = None) -> float | None:
-        """The idle draft's expected tokens per second over ``route_rounds`` rounds, its
-        catch-up on the tokens it missed (as measured) included."""
-        pol = self.policies[name]
-        if not pol.costs.known:
-            return None
-        curve = [v for k, v in pol.curve(alpha).items() if k > 0 and v[1] > 0]
-        if not curve:
-            return None
-        tokens, seconds = max(curve, key=lambda v: v[0] / v[1])
-        n = self.p.route_rounds
-        costs = pol.costs
-        catchup = (costs.catchup_seconds(min(self.idle_tokens, _CATCHUP_MAX)) or 0.0) - (costs.first.value or 0.0)
-        return n * tokens / (n * seconds + catchup)
 
     def _scored(self, name: str, hits) -> None:
         """Draft ``name``'s predictions on the tokens it missed, read as the rounds it would
