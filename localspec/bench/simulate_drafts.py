@@ -393,6 +393,7 @@ ABLATIONS = {
     "the draft in use's last rounds read on their own": {"route_recent_min": 10**6},
     "scores back off while they keep the draft in use": {"score_backoff": 1.0},
     "the small draft's K shortened by first tokens failing": {"miss_k": False},
+    "no switch to the small draft while its last stays lost time": {"route_stays": 0},
 }
 
 

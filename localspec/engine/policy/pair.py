@@ -16,7 +16,9 @@ when the text changes (a shift in the acceptance of the draft in use; its last r
 under the large draft or harder under the small one; the idle one's probe all accepted),
 and otherwise within ``route_budget`` of the time, a share divided by ``score_backoff`` by
 each score that keeps the draft in use. A draft whose costs are not known yet drafts a
-round instead. The draft in use when an answer ends starts the next.
+round instead. Once the small draft's last stays (a score sent the pair to it) lost time in
+all against the large draft's rate, with the failures that end them and the return, scores
+no longer send the pair to it. The draft in use when an answer ends starts the next.
 """
 
 from __future__ import annotations
@@ -78,6 +80,10 @@ class PairPolicy:
         # one) mean the text changed.
         self._recent: deque[tuple[int, int]] = deque(maxlen=params.route_recent)
         self._quiet = 0                # rounds before the text's change may be told again
+        # The small draft's stays since a score sent the pair to it: [tokens, seconds, the large
+        # draft's expected rate then], and the seconds each of the last ones saved (< 0: lost).
+        self._stay: list | None = None
+        self._stays: deque[float] = deque(maxlen=params.route_stays)
         if (use in self.policies and self.policies[use].drafting) or (not small.drafting and large.drafting):
             self.use = self.route = use if use in self.policies else LARGE
 
@@ -245,7 +251,8 @@ class PairPolicy:
         r_name = best_rate(pol, (succ + 1.0) / (n + 2.0))
         if r_other is None or r_name is None or not seen[1] + seen[2] or name == self.use:
             return
-        if r_name > r_other * (1.0 + self.p.route_margin):
+        lost = name == SMALL and self._stays and sum(self._stays) < 0.0   # its last stays lost time
+        if r_name > r_other * (1.0 + self.p.route_margin) and not lost:
             pol.reconsider()
             self._switch(f"the {_LABEL[name]} does better on the same text ({r_name:.0f} vs {r_other:.0f} tok/s)")
         else:
@@ -260,6 +267,9 @@ class PairPolicy:
             self._switch(f"the {_LABEL[idle]}, measured, is expected faster ({r_idle:.0f} vs {r_use or 0:.0f} tok/s)")
 
     def _switch(self, why: str) -> None:
+        if self._stay is not None and self._stay[2]:
+            self._stays.append(self._stay[0] / self._stay[2] - self._stay[1])
+        self._stay = [0, 0.0, best_rate(self.large) or 0.0] if self.idle_name == SMALL else None
         self.use = self.idle_name
         self._recent.clear()
         self.idle = self.idle_tokens = 0
@@ -308,6 +318,9 @@ class PairPolicy:
         use, idle = self.use, self.idle_name
         self.idle_tokens += step.emitted
         self._spent += step.draft_seconds + step.verify_seconds
+        if self._stay is not None:
+            self._stay[0] += step.emitted
+            self._stay[1] += step.draft_seconds + step.verify_seconds + step.score_seconds
         if step.source in self._tracks and not step.probe:
             self._tracks[step.source].append((step.emitted, step.accepted, int(step.accepted < step.drafted)))
         if step.source == idle:
