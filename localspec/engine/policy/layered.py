@@ -167,6 +167,7 @@ class LayeredPair(PairPolicy):
 
     def _enter(self) -> None:
         self.layered = True
+        self._stay = None                    # (a small draft's stay ends without a verdict)
         self.layerings += 1
         self._rounds.clear()
         self._held = 0
@@ -225,7 +226,7 @@ class LayeredPair(PairPolicy):
         if out is not None and self.layered:
             out[USE] = LAYERED
         if out is not None and self._paid[1] > 0:
-            out[PAID] = self._paid
+            out[PAID] = list(self._paid)
         return out
 
     def describe(self) -> str:

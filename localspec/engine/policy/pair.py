@@ -16,9 +16,9 @@ when the text changes (a shift in the acceptance of the draft in use; its last r
 under the large draft or harder under the small one; the idle one's probe all accepted),
 and otherwise within ``route_budget`` of the time, a share divided by ``score_backoff`` by
 each score that keeps the draft in use. A draft whose costs are not known yet drafts a
-round instead. Once the small draft's last stays (a score sent the pair to it) lost time in
-all against the large draft's rate, with the failures that end them and the return, scores
-no longer send the pair to it. The draft in use when an answer ends starts the next.
+round instead. Once the small draft's last stays (from a switch to it to the switch away)
+lost time in all against the large draft's rate, the failures that end them and the return
+included, scores no longer send the pair to it. The draft in use when an answer ends starts the next.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class PairPolicy:
         # one) mean the text changed.
         self._recent: deque[tuple[int, int]] = deque(maxlen=params.route_recent)
         self._quiet = 0                # rounds before the text's change may be told again
-        # The small draft's stays since a score sent the pair to it: [tokens, seconds, the large
+        # The small draft's stay since the pair switched to it: [tokens, seconds, the large
         # draft's expected rate then], and the seconds each of the last ones saved (< 0: lost).
         self._stay: list | None = None
         self._stays: deque[float] = deque(maxlen=params.route_stays)
