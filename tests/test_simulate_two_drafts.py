@@ -290,6 +290,36 @@ def test_the_small_drafts_stays_that_lost_time_stop_switches_to_it(scenarios):
     assert on >= 0.97 and on > off + 0.01, (on, off)
 
 
+def test_after_a_stay_that_saved_time_the_pair_finds_the_next_easy_stretch_soon(scenarios, monkeypatch):
+    """On the trio's 128-token stretches the large draft accepts everything, easy or hard, so
+    only scores of the small one can tell that an easy stretch came back. Once the small
+    draft's last stays saved time, a score that keeps the large one in use does not make the
+    next one rarer: the pair is back on the small draft ~40 tokens into its second easy
+    stretch (~106 when each such score halved the budget)."""
+    s = scenarios["trio-mixed-128"]
+    rounds: list[tuple[str, int]] = []
+
+    class Recorded(LayeredPair):
+        def observe(self, step):
+            rounds.append((self.use, step.emitted))
+            return super().observe(step)
+
+    monkeypatch.setattr(sd, "LayeredPair", Recorded)
+    switching = params_with({"layer_switches": 10**6})
+    lags = []
+    for seed in range(5):
+        learned = sd.simulate(s, "both", 10 + seed, switching)[2]
+        rounds.clear()
+        sd.simulate(s, "both", seed, switching, learned)
+        at, back = 0, 128
+        for use, emitted in rounds:
+            if 256 <= at < 384 and use == SMALL:
+                back = min(back, at - 256)
+            at += emitted
+        lags.append(back)
+    assert sum(lags) / len(lags) < 50, lags
+
+
 def test_layered_rounds_are_entered_at_what_they_cost_where_they_ran(scenarios):
     """A layered round's drafting is priced on the drafts' steps and the device's batch shape;
     where such rounds ran, what they cost over that price is learned and carried into the

@@ -15,8 +15,9 @@ and keeps the faster in use. It comes when the idle draft's evidence says it may
 when the text changes (a shift in the acceptance of the draft in use; its last rounds easier
 under the large draft or harder under the small one; the idle one's probe all accepted),
 and otherwise within ``route_budget`` of the time, a share divided by ``score_backoff`` by
-each score that keeps the draft in use. A draft whose costs are not known yet drafts a
-round instead. Once the small draft's last stays (from a switch to it to the switch away)
+each score that keeps the draft in use (not by a score of the small draft while its last
+stays saved time: its easy text may come back). A draft whose costs are not known yet
+drafts a round instead. Once the small draft's last stays (from a switch to it to the switch away)
 lost time in all against the large draft's rate, the failures that end them and the return
 included, scores no longer send the pair to it. The draft in use when an answer ends starts the next.
 """
@@ -256,7 +257,8 @@ class PairPolicy:
             pol.reconsider()
             self._switch(f"the {_LABEL[name]} does better on the same text ({r_name:.0f} vs {r_other:.0f} tok/s)")
         else:
-            self._budget /= self.p.score_backoff
+            if not (name == SMALL and sum(self._stays) > 0.0):   # (its last stays saved time: no backoff)
+                self._budget /= self.p.score_backoff
             self._kept = True
 
     def _judge(self, idle: str) -> None:
