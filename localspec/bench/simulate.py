@@ -244,11 +244,6 @@ def load(path: str) -> list[Scenario]:
     return [Scenario.from_dict(d) for d in scenario_items(path)]
 
 
-def with_noise(scenarios: list[Scenario], noise: float) -> list[Scenario]:
-    """Each scenario again with ``noise`` (named ``+noise``), where it has none of its own."""
-    return [replace(s, name=f"{s.name}+noise", noise=noise) for s in scenarios if not s.noise]
-
-
 def report(scenarios: list[Scenario], seeds: int = 1, params: Params | None = None, cold: bool = False) -> dict:
     """The simulator's JSON: each scenario's result, and the minimum and median of default/best."""
     results = [evaluate(s, seeds, params, cold) for s in scenarios]

@@ -16,7 +16,6 @@ names: the flat ``speculative.n_max`` / ``speculative.n_min`` / ``speculative.p_
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from ..engine import DrafterKind, RunSpec, SpecError
 from ..errors import LocalspecError
@@ -75,17 +74,6 @@ _CHAIN = "kpmt"
 
 # Length fields, in the order they are looked at.
 _LENGTH = ("max_completion_tokens", "max_tokens", "n_predict")
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """One request, ready for the queue."""
-
-    prompt: list[int]
-    spec: RunSpec
-    stream: bool
-    include_usage: bool
-    model: str | None
 
 
 def parse_json(body: bytes) -> dict:

@@ -55,7 +55,6 @@ class BatchGuard:
         self._off_until = 0          # rounds: drafting stopped until this round
         self._gap = params.guard_off_rounds
         self._since_plain = 0        # drafting rounds since the last plain one
-        self._measure = False        # this round is a plain one to measure
         self._t0: float | None = None
         self.round = 0
         self.stops = 0               # times drafting was stopped for the batch
@@ -67,7 +66,6 @@ class BatchGuard:
 
     def allow(self, n_busy: int) -> bool:
         """Whether slots may draft this round (asked before it)."""
-        self._measure = False
         if n_busy < 2:     # a lone slot's round is not timed: it is its own policy's
             self._t0 = None
             return True
@@ -77,8 +75,7 @@ class BatchGuard:
         plain = self._plain.get(n_busy)
         if (plain is None or plain.n < self.p.guard_min_plain) and self._since_plain >= 1 or \
                 self._since_plain >= self.p.guard_measure_every:
-            self._measure = True
-            return False
+            return False     # a plain round, to measure
         return True
 
     def observe(self, n_busy: int, drafted: bool, tokens: int) -> str | None:
