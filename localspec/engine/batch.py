@@ -27,6 +27,7 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable
+from functools import cached_property
 
 import llama_cpp.llama_cpp as ll
 import numpy as np
@@ -184,7 +185,6 @@ class Generation:
         self.sampling = s
         self.greedy = s.greedy
         self.seed = s.seed if s.seed is not None else int(np.random.SeedSequence().entropy % (2**31))
-        self.rng = np.random.default_rng(self.seed)
         self.dcfg = s.for_draft()
         self.kind = spec.drafter if policy.may_draft else DrafterKind.NONE
         self.lookup = NgramDrafter() if self.kind is DrafterKind.NGRAM else None
@@ -205,6 +205,10 @@ class Generation:
         self.shared = False      # some round decoded beside other slots' tokens (its costs are the batch's)
         self._model = runner.model
         self._runner = runner
+
+    @cached_property
+    def rng(self) -> np.random.Generator:   # made when first used: a greedy run may never draw
+        return np.random.default_rng(self.seed)
 
     @property
     def finished(self) -> bool:
