@@ -97,25 +97,33 @@ def test_report_gives_the_reachable_next_to_the_pair(scenarios):
     assert r["per_stretch"]["hard"][LARGE] > r["per_stretch"]["hard"][SMALL]
 
 
+def _switching_answers(s, monkeypatch, earlier: int, what):
+    """For seeds 0-4: the rounds of one answer of ``s`` by the pair switching alone (never
+    layered), learned from an answer at seed ``earlier`` + seed; each round as ``what(pair,
+    step)`` says, read before the pair observes it."""
+    rounds: list = []
+
+    class Recorded(LayeredPair):
+        def observe(self, step):
+            rounds.append(what(self, step))
+            return super().observe(step)
+
+    monkeypatch.setattr(sd, "LayeredPair", Recorded)
+    switching = params_with({"layer_switches": 10**6})
+    for seed in range(5):
+        learned = sd.simulate(s, "both", earlier + seed, switching)[2]
+        rounds.clear()
+        sd.simulate(s, "both", seed, switching, learned)
+        yield list(rounds)
+
+
 def test_the_pair_leaves_the_small_draft_soon_after_its_text_turns_hard(scenarios, monkeypatch):
     """On mixed text the small draft, in use when an easy stretch turns hard, hands over
     within a few rounds: it drafts under 15% of the hard stretches' tokens (13% here). (The
     switching alone: the pair never goes layered here.)"""
     s = scenarios["mixed-256"]
-    rounds: list[tuple[str, int]] = []
-
-    class Recorded(LayeredPair):
-        def observe(self, step):
-            rounds.append((step.source, step.emitted))
-            return super().observe(step)
-
-    monkeypatch.setattr(sd, "LayeredPair", Recorded)
-    switching = params_with({"layer_switches": 10**6})
     hard = small_in_hard = 0
-    for seed in range(5):
-        learned = sd.simulate(s, "both", 5 + seed, switching)[2]
-        rounds.clear()
-        sd.simulate(s, "both", seed, switching, learned)
+    for rounds in _switching_answers(s, monkeypatch, 5, lambda pair, step: (step.source, step.emitted)):
         at = 0
         for source, emitted in rounds:
             if s.kind(at) == "hard":
@@ -297,20 +305,8 @@ def test_after_a_stay_that_saved_time_the_pair_finds_the_next_easy_stretch_soon(
     next one rarer: the pair is back on the small draft ~40 tokens into its second easy
     stretch (~106 when each such score halved the budget)."""
     s = scenarios["trio-mixed-128"]
-    rounds: list[tuple[str, int]] = []
-
-    class Recorded(LayeredPair):
-        def observe(self, step):
-            rounds.append((self.use, step.emitted))
-            return super().observe(step)
-
-    monkeypatch.setattr(sd, "LayeredPair", Recorded)
-    switching = params_with({"layer_switches": 10**6})
     lags = []
-    for seed in range(5):
-        learned = sd.simulate(s, "both", 10 + seed, switching)[2]
-        rounds.clear()
-        sd.simulate(s, "both", seed, switching, learned)
+    for rounds in _switching_answers(s, monkeypatch, 10, lambda pair, step: (pair.use, step.emitted)):
         at, back = 0, 128
         for use, emitted in rounds:
             if 256 <= at < 384 and use == SMALL:
