@@ -85,6 +85,7 @@ class PairPolicy:
         # draft's expected rate then], and the seconds each of the last ones saved (< 0: lost).
         self._stay: list | None = None
         self._stays: deque[float] = deque(maxlen=params.route_stays)
+        self._unlikely = beyond(params.z), beyond(params.shift_z)   # the odds _after_misses reads
         if (use in self.policies and self.policies[use].drafting) or (not small.drafting and large.drafting):
             self.use = self.route = use if use in self.policies else LARGE
 
@@ -195,12 +196,13 @@ class PairPolicy:
         """``k``, or the small draft's best K at the acceptance its last rounds allow when their
         first tokens all failed, unlikely (below 1 - Φ(z)) at its acceptance: the text turned hard
         for it, and a failed round costs K decodes. Beyond ``shift_z``, a score of the large one is due."""
-        pol, p = self.small, self.p
+        pol = self.small
         misses = next((i for i, (a, f) in enumerate(reversed(self._recent)) if a or not f), len(self._recent))
         odds = (1.0 - pol.acc.mean) ** misses if misses else 1.0
-        if odds < beyond(p.shift_z):
+        unlikely, far = self._unlikely
+        if odds < far:
             self._text_changed()
-        return min(k, best(pol.curve(beta_bounds(1.0, misses + 1.0, p.z)[2]), k)[0]) if odds < beyond(p.z) else k
+        return min(k, best(pol.curve(beta_bounds(1.0, misses + 1.0, self.p.z)[2]), k)[0]) if odds < unlikely else k
 
     def _recent_bounds(self) -> tuple[float, float, float] | None:
         """(mean, lower, upper) of the draft in use's acceptance over its last rounds (up to
@@ -252,12 +254,12 @@ class PairPolicy:
         r_name = best_rate(pol, (succ + 1.0) / (n + 2.0))
         if r_other is None or r_name is None or not seen[1] + seen[2] or name == self.use:
             return
-        lost = name == SMALL and self._stays and sum(self._stays) < 0.0   # its last stays lost time
-        if r_name > r_other * (1.0 + self.p.route_margin) and not lost:
+        saved = sum(self._stays) if name == SMALL else 0.0   # what the small draft's last stays saved
+        if r_name > r_other * (1.0 + self.p.route_margin) and saved >= 0.0:
             pol.reconsider()
             self._switch(f"the {_LABEL[name]} does better on the same text ({r_name:.0f} vs {r_other:.0f} tok/s)")
         else:
-            if not (name == SMALL and sum(self._stays) > 0.0):   # (its last stays saved time: no backoff)
+            if saved <= 0.0:                       # (after stays that saved time: no backoff)
                 self._budget /= self.p.score_backoff
             self._kept = True
 
