@@ -15,7 +15,7 @@ from conftest import run_cli, start_serve
 
 ALIASES = {"-c", "--ctx", "--ctx-size", "-t", "--threads", "-ngl", "--gpu-layers", "--n-gpu-layers", "-ngld",
            "--gpu-layers-draft", "--n-gpu-layers-draft", "-md", "--model-draft", "-d", "--draft"}
-RUN_ALIASES = {"--temp", "-s", "--seed", "--draft-max", "--draft-min", "--p-min", "--draft-p-min"}
+RUN_ALIASES = {"--temp", "--temperature", "-s", "--seed", "--draft-max", "--draft-min", "--p-min", "--draft-p-min"}
 
 
 def one_line_error(r, code, match):
@@ -40,8 +40,9 @@ def test_every_pair_command_takes_llama_cpp_flags_and_a_positional_model():
 
 
 def test_run_with_llama_cpp_flags(tiny_target, tiny_draft):
-    """-md, -c, -t, -ngl, -ngld, -s, --temp, --draft-max, --draft-min, --draft-p-min each reach
-    the engine or the run; `-ngl 99` is the GPU layers, not -n with "gl"."""
+    """-md, -c, -t, -ngl, -ngld, -s, --temp (also as the OpenAI API names it, --temperature),
+    --draft-max, --draft-min, --draft-p-min each reach the engine or the run; `-ngl 99` is the
+    GPU layers, not -n with "gl"."""
     r = run_cli("run", str(tiny_target), "-md", str(tiny_draft), "-c", "256", "-t", "1", "-ngl", "99", "-ngld", "0",
                 "-s", "7", "--temp", "0.5", "--draft-max", "3", "--draft-min", "2", "--draft-p-min", "0.1",
                 "-p", "The quick", "-n", "6", "--json")
@@ -54,12 +55,13 @@ def test_run_with_llama_cpp_flags(tiny_target, tiny_draft):
     assert (spec["draft_max"], spec["draft_min"], spec["p_min"], spec["adaptive"]) == (3, 2, 0.1, False)
     assert len(data["token_ids"]) == 6
     long = run_cli("run", "--model", str(tiny_target), "--model-draft", str(tiny_draft), "--ctx-size", "512",
-                   "--n-gpu-layers", "0", "--n-gpu-layers-draft", "0", "--seed", "7", "--temp", "0.5",
+                   "--n-gpu-layers", "0", "--n-gpu-layers-draft", "0", "--seed", "7", "--temperature", "0.5",
                    "--draft-max", "3", "--draft-min", "2", "--draft-p-min", "0.1", "-p", "The quick", "-n", "6",
                    "--json", "-t", "1")
     assert long.returncode == 0, long.stderr
     again = json.loads(long.stdout)
     assert again["engine"]["n_ctx"] == 512 and again["engine"]["target"]["gpu_layers"] == 0
+    assert again["sampling"]["temperature"] == 0.5
     assert again["token_ids"] == data["token_ids"]        # the same seed and settings: the same answer
 
 

@@ -182,7 +182,7 @@ def _run_sweep(engine, prompts, cells, *, runs, n, seed, temp, save, label: str)
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per cell.")
 @click.option("-n", "n", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens per run.")
 @click.option("-s", "--seed", type=int, default=0, show_default=True)
-@click.option("--temp", type=float, default=0.0, show_default=True,
+@click.option("--temp", "--temperature", "temp", type=float, default=0.0, show_default=True,
               help="Target temperature (0: greedy).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON (instead of the table).")
 @click.option("--out", "json_out", type=click.Path(dir_okay=False), metavar="FILE",

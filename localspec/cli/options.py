@@ -168,7 +168,7 @@ def drafter_options():
 def sampling_options(default_temp: float = _SAMPLING.temperature):
     """Sampling (one set for both models) and drafting lengths; defaults are RunSpec's."""
     return _opts(
-        click.option("--temp", type=float, default=default_temp, show_default=True,
+        click.option("--temp", "--temperature", "temp", type=float, default=default_temp, show_default=True,
                      help="Temperature; 0 is greedy."),
         click.option("--top-k", type=int, default=_SAMPLING.top_k, show_default=True,
                      help="Top-k (0 turns it off)."),
