@@ -15,16 +15,16 @@ from .params import Params
 
 
 class Samples:
-    """Recent samples of one cost (``window`` of them): a robust mean and its relative error,
-    worked out once per sample (they are read many times a round); ``prior`` (an earlier
-    generation's value) stands in until a sample arrives.
+    """Recent samples of one cost (``window`` of them): a robust mean, worked out once per
+    sample (it is read many times a round), and its relative error when first read after one;
+    ``prior`` (an earlier generation's value) stands in until a sample arrives.
 
     Attributes:
         n: samples ever added; n_kept: how many the mean is over (see :meth:`add`).
         rel_se: the mean's relative standard error; 0.5 (little is known) below two kept.
     """
 
-    __slots__ = ("xs", "n", "prior", "_sorted", "mean", "rel_se", "n_kept")
+    __slots__ = ("xs", "n", "prior", "_sorted", "mean", "n_kept", "_kept", "_rel_se")
 
     def __init__(self, window: int, prior: float | None = None):
         self.xs: deque[float] = deque(maxlen=window)
@@ -32,7 +32,8 @@ class Samples:
         self.prior = prior
         self._sorted: list[float] = []
         self.mean: float | None = None
-        self.rel_se = 0.5
+        self._kept: list[float] = []
+        self._rel_se: float | None = 0.5
 
     def add(self, x: float) -> None:
         """One sample. The mean leaves out the very first (maybe a graph being built) while it
@@ -48,13 +49,20 @@ class Samples:
             xs = xs.copy()
             del xs[bisect_left(xs, self.xs[0])]
         q = len(xs) // 4
-        kept = xs[q:len(xs) - q] if q else xs
-        n = self.n_kept = len(kept)
-        m = self.mean = sum(kept) / n
-        self.rel_se = 0.5
-        if n >= 2:
-            var = sum((v - m) ** 2 for v in kept) / (n - 1)
-            self.rel_se = math.sqrt(var / n) / m if m > 0 else 0.0
+        kept = self._kept = xs[q:len(xs) - q] if q else xs
+        self.n_kept = len(kept)
+        self.mean = sum(kept) / self.n_kept
+        self._rel_se = None
+
+    @property
+    def rel_se(self) -> float:
+        if self._rel_se is None:     # (``_kept`` is as the last add left it: nothing else changes it)
+            kept, n, m = self._kept, self.n_kept, self.mean
+            self._rel_se = 0.5
+            if n >= 2:
+                var = sum([(v - m) ** 2 for v in kept]) / (n - 1)
+                self._rel_se = math.sqrt(var / n) / m if m > 0 else 0.0
+        return self._rel_se
 
     @property
     def value(self) -> float | None:
@@ -65,6 +73,9 @@ def monotone(points: list[tuple[int, float, float]]) -> list[tuple[int, float]]:
     """The weighted least-squares fit of (size, seconds, weight) points that never falls with
     the size (pooling adjacent violators): noise must not make a larger batch look cheaper,
     nor, clamped to its neighbour, dearer."""
+    means = [t * w / w for _, t, w in points]      # (each point alone: its block's mean)
+    if all(a <= b for a, b in zip(means, means[1:])):
+        return [(p[0], m) for p, m in zip(points, means)]      # nothing to pool (most rounds)
     blocks: list[list[float]] = []      # [weighted sum, weight, first index, last index]
     for i, (_, t, w) in enumerate(points):
         blocks.append([t * w, w, i, i])
@@ -257,8 +268,14 @@ class CostModel:
         errors dearer (both favour drafting)."""
         out = self._tables.get(z)
         if out is None:
-            pts = sorted((b, self._value(s) * self._moved(s) * (self._end(s, z, b > 1) if z else 1.0),
-                          max(s.n_kept, 1)) for b, s in self.verify.items() if s.value is not None)
+            level, pts = self.level, []
+            for b, s in self.verify.items():     # (_value and _moved, inlined: every round reads this)
+                v = s.prior if s.mean is None else s.mean
+                if v is None:
+                    continue
+                t = (self._value(s) if s.n == 1 else v) * (level if s.n or not s.prior else self._moved(s))
+                pts.append((b, t * self._end(s, z, b > 1) if z else t, s.n_kept or 1))
+            pts.sort()
             fit = monotone(pts) if self.p.monotone else [(b, t) for b, t, _ in pts]
             if fit and fit[0][0] == 1:   # one decode of b tokens costs no more than b plain steps
                 fit = [(b, min(t, b * fit[0][1])) for b, t in fit]
