@@ -182,8 +182,8 @@ class PairPolicy:
         if self.idle_tokens < (1 if self._due else p.score_min):
             return use                            # too little missed to score it on
         missed = min(self.idle_tokens, _CATCHUP_MAX)
-        r_idle = rate_after_catchup(other, missed, p.route_rounds)
-        faster = r_idle is not None and r_idle > r_use * (1.0 + p.route_margin) and not self._kept
+        r_idle = None if self._kept else rate_after_catchup(other, missed, p.route_rounds)
+        faster = r_idle is not None and r_idle > r_use * (1.0 + p.route_margin)
         per = self._score_rate.get(idle)
         price = per * missed if per is not None else other.costs.catchup_seconds(missed) or 0.0
         if faster or self._due or self._spent * self._budget >= price:
