@@ -235,7 +235,11 @@ class AdaptivePolicy:
         return out
 
     def speedup(self, k: int, alpha: float | None = None, z: float = 0.0) -> float | None:   # over a plain step
-        return predict.speedups(self.curve(alpha, z)).get(k)
+        c = self.curve(alpha, z)
+        if k == 0 or 0 not in c or k not in c or c[k][1] <= 0:
+            return None
+        t, s = c[k]
+        return t / s * c[0][1]
 
     def rate(self, k: int, matched: bool = False) -> float | None:
         """Expected tokens per second of a round allowing k drafts; ``matched``: given that the

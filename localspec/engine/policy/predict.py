@@ -49,11 +49,15 @@ def speedups(c: dict[int, tuple[float, float]]) -> dict[int, float]:
 
 def best(c: dict[int, tuple[float, float]], default: int) -> tuple[int, float]:
     """The K with the highest predicted speed-up, and that speed-up ((default, 0) when unknown)."""
-    s = speedups(c)
-    if not s:
+    if 0 not in c:
         return default, 0.0
-    k = max(s, key=lambda x: (s[x], -x))
-    return k, s[k]
+    base, k_best, s_best = c[0][1], default, None
+    for k, (t, s) in c.items():      # (ascending K: a tie keeps the shorter draft)
+        if k and s > 0:
+            v = t / s * base
+            if s_best is None or v > s_best or (v == s_best and k < k_best):
+                k_best, s_best = k, v
+    return (k_best, s_best) if s_best is not None else (default, 0.0)
 
 
 def repays(c: dict[int, tuple[float, float]], k: int, k_new: int, tokens: int, extra: float, horizon: int) -> bool:
