@@ -119,8 +119,7 @@ class AdaptivePolicy:
         return self.since_plain < self.refresh_every
 
     def gate(self):   # the per-token stop rule of a draft: p_min, else None
-        p_min = self.p_min
-        return (lambda i, top: top >= p_min) if p_min > 0 else None
+        return (lambda i, top, p_min=self.p_min: top >= p_min) if self.p_min > 0 else None
 
     def plain_step_seconds(self) -> float | None:   # (None: unknown)
         return self.costs.plain()
@@ -236,10 +235,8 @@ class AdaptivePolicy:
 
     def speedup(self, k: int, alpha: float | None = None, z: float = 0.0) -> float | None:   # over a plain step
         c = self.curve(alpha, z)
-        if k == 0 or 0 not in c or k not in c or c[k][1] <= 0:
-            return None
-        t, s = c[k]
-        return t / s * c[0][1]
+        t, s = c.get(k, (0.0, 0.0)) if k and 0 in c else (0.0, 0.0)
+        return t / s * c[0][1] if s > 0 else None
 
     def rate(self, k: int, matched: bool = False) -> float | None:
         """Expected tokens per second of a round allowing k drafts; ``matched``: given that the
