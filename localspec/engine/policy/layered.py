@@ -200,6 +200,7 @@ class LayeredPair(PairPolicy):
         self.layered = False
         self._switched.clear()
         self.use = self.route = name
+        self._shifts = self.policies[name].acc.shifts
         self._recent.clear()
         self.idle = self.idle_tokens = 0
         self._budget = self.p.route_budget

@@ -277,7 +277,8 @@ class PairPolicy:
         self.use = self.idle_name
         self._recent.clear()
         self.idle = self.idle_tokens = 0
-        self._kept = False
+        self._kept = self._due = False   # (the switch answers the change: the draft left is not scored at once)
+        self._shifts = self.policies[self.use].acc.shifts   # (shifts are counted per draft)
         self._budget = self.p.route_budget
         self.switches += 1
         self._note = why
