@@ -52,7 +52,7 @@ class Timed:
         return getattr(self._policy, name)
 
 
-def _timing(module, name: str, made: list):
+def _timing(module, name: str, made: list) -> None:
     """``module.name`` (a policy class) replaced by one that keeps each policy made, timed."""
     cls = getattr(module, name)
 
@@ -66,7 +66,6 @@ def _timing(module, name: str, made: list):
             return made[-1]
 
     setattr(module, name, Factory())
-    return cls
 
 
 def time_scenario(run, seeds: int, made: list) -> dict:

@@ -234,9 +234,7 @@ class AdaptivePolicy:
         return out
 
     def speedup(self, k: int, alpha: float | None = None, z: float = 0.0) -> float | None:   # over a plain step
-        c = self.curve(alpha, z)
-        t, s = c.get(k, (0.0, 0.0)) if k and 0 in c else (0.0, 0.0)
-        return t / s * c[0][1] if s > 0 else None
+        return predict.speedup(self.curve(alpha, z), k)
 
     def rate(self, k: int, matched: bool = False) -> float | None:
         """Expected tokens per second of a round allowing k drafts; ``matched``: given that the

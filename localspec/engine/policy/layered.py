@@ -199,11 +199,8 @@ class LayeredPair(PairPolicy):
     def _leave(self, name: str, why: str | None) -> str | None:
         self.layered = False
         self._switched.clear()
-        self.use = self.route = name
-        self._shifts = self.policies[name].acc.shifts
-        self._recent.clear()
-        self.idle = self.idle_tokens = 0
-        self._budget = self.p.route_budget
+        self._take(name)
+        self.route = name
         return why
 
     @classmethod

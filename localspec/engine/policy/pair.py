@@ -274,14 +274,19 @@ class PairPolicy:
         if self._stay is not None and self._stay[2]:
             self._stays.append(self._stay[0] / self._stay[2] - self._stay[1])
         self._stay = [0, 0.0, best_rate(self.large) or 0.0] if self.idle_name == SMALL else None
-        self.use = self.idle_name
-        self._recent.clear()
-        self.idle = self.idle_tokens = 0
+        self._take(self.idle_name)
         self._kept = self._due = False   # (the switch answers the change: the draft left is not scored at once)
-        self._shifts = self.policies[self.use].acc.shifts   # (shifts are counted per draft)
-        self._budget = self.p.route_budget
         self.switches += 1
         self._note = why
+
+    def _take(self, name: str) -> None:
+        """``name`` is the draft in use from now: its own last rounds and acceptance shifts are
+        read afresh, the idle one's missed tokens counted from here, scores at the full budget."""
+        self.use = name
+        self._recent.clear()
+        self._shifts = self.policies[name].acc.shifts
+        self.idle = self.idle_tokens = 0
+        self._budget = self.p.route_budget
 
     def _text_changed(self) -> None:
         """A score of the idle draft is due, at the full budget, whatever the last one said."""

@@ -39,24 +39,25 @@ def curve(table: list[float], ks: list[int], cont: list[float], acc: list[float]
     return out
 
 
+def speedup(c: dict[int, tuple[float, float]], k: int) -> float | None:
+    """K's predicted tokens per second over the plain step's (None when unknown)."""
+    t, s = c.get(k, (0.0, 0.0)) if k and 0 in c else (0.0, 0.0)
+    return t / s * c[0][1] if s > 0 else None
+
+
 def speedups(c: dict[int, tuple[float, float]]) -> dict[int, float]:
     """Each K's predicted tokens per second over the plain step's."""
-    if 0 not in c:
-        return {}
-    base = c[0][1]
-    return {k: t / s * base for k, (t, s) in c.items() if k and s > 0}
+    return {k: v for k in c if (v := speedup(c, k)) is not None}
 
 
 def best(c: dict[int, tuple[float, float]], default: int) -> tuple[int, float]:
-    """The K with the highest predicted speed-up, and that speed-up ((default, 0) when unknown)."""
-    if 0 not in c:
-        return default, 0.0
-    base, k_best, s_best = c[0][1], default, None
-    for k, (t, s) in c.items():      # (ascending K: a tie keeps the shorter draft)
-        if k and s > 0:
-            v = t / s * base
-            if s_best is None or v > s_best or (v == s_best and k < k_best):
-                k_best, s_best = k, v
+    """The K with the highest predicted speed-up, and that speed-up ((default, 0) when unknown);
+    of equal ones the shorter draft."""
+    k_best, s_best = default, None
+    for k in c:
+        v = speedup(c, k)
+        if v is not None and (s_best is None or v > s_best or (v == s_best and k < k_best)):
+            k_best, s_best = k, v
     return (k_best, s_best) if s_best is not None else (default, 0.0)
 
 
