@@ -360,6 +360,29 @@ def test_a_paused_idle_draft_is_still_scored(scenarios, monkeypatch):
     assert pair[0].layerings == 0          # (layered rounds would not pay here: see the next test)
 
 
+def test_a_paused_idle_draft_does_not_probe_while_the_other_drafts(scenarios, monkeypatch):
+    """Text the small draft fails everywhere and the large one gets right (the trio's hard
+    text): the small draft pauses itself, and a probe of it would fail a whole round, a target
+    verify for one token, where the large draft's round gives nine. While the large one
+    drafts, the small one does not probe (scores of it tell as much, for a catch-up): it
+    drafts no round after its first answer, and the pair keeps up with the large draft alone."""
+    s = scenarios["trio-hard"]
+    rounds = []
+    observe = sd.LayeredPair.observe
+    monkeypatch.setattr(sd.LayeredPair, "observe",
+                        lambda self, step: (step.source == SMALL and rounds.append(step)) or observe(self, step))
+    learned = sd.simulate(s, "both", 1)[2]
+    rounds.clear()
+    sd.simulate(s, "both", 0, learned=learned)
+    assert not rounds, rounds
+    sd.simulate(s, "both", 0, Params(quiet_idle=False), learned=learned)
+    assert len(rounds) >= 3 and all(r.probe and not r.accepted for r in rounds), rounds
+    monkeypatch.undo()
+    on = sd.evaluate(s, 3)["both_over_better_single"]
+    off = sd.evaluate(s, 3, Params(quiet_idle=False))["both_over_better_single"]
+    assert on >= 0.99 and on > off + 0.01, (on, off)
+
+
 def test_layered_rounds_are_priced_on_the_small_drafts_hits():
     """Text half easy (the small draft drafts it, right on every token) and half hard (the
     large one drafts it; a score finds the small draft wrong on every token): layered blocks

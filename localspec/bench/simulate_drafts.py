@@ -394,6 +394,7 @@ ABLATIONS = {
     "scores back off while they keep the draft in use": {"score_backoff": 1.0},
     "the small draft's K shortened by first tokens failing": {"miss_k": False},
     "no switch to the small draft while its last stays lost time": {"route_stays": 0},
+    "no probe of a paused idle draft while the other drafts": {"quiet_idle": False},
 }
 
 

@@ -57,8 +57,7 @@ class AdaptivePolicy:
         if draft_min > draft_max:
             raise BadInput(f"draft-min ({draft_min}) is larger than draft-max ({draft_max})")
         self.p = params
-        self.draft_min, self.draft_max = draft_min, draft_max
-        self.p_min = p_min or 0.0
+        self.draft_min, self.draft_max, self.p_min = draft_min, draft_max, p_min or 0.0
         self.can_pause = can_pause
         self.budget = params.probe_budget if probe_budget is None else probe_budget
         self.ladder = sorted({k for k in params.ladder if draft_min <= k <= draft_max} | {draft_min, draft_max})
@@ -186,6 +185,9 @@ class AdaptivePolicy:
             if self.state is State.DRAFTING and self.costs.known:   # fresh evidence: decide on it
                 self.since_resume += 1
                 self._note = self._decide() or self._note
+
+    def skip_probe(self) -> None:   # the probe due is left out (a pair's scores tell as much): paused again
+        self.state, self.since_probe = State.PAUSED, 0
 
     def reconsider(self) -> None:   # decide on evidence gathered outside its rounds (a pair's score)
         if self.costs.known and self.state is State.PAUSED:

@@ -6,20 +6,21 @@ larger draft costs more a token and holds up there. Each has its own
 every round to the draft whose expected tokens per second are higher.
 
 The draft in use is measured every round; its last few rounds, read on their own, move its
-expected rate at once when a stretch changes (its policy's memory lags by tens of rounds);
-the small draft's first tokens failing in a row, unlikely at its acceptance, shorten its K.
-The idle one, paused by its own policy or not, is *scored*: catching up on the tokens it
-missed (at most 64) it predicts each, and a greedy draft's predictions on the text are
-exactly the rounds it would have drafted there. A score compares the two on the same tokens
-and keeps the faster in use. It comes when the idle draft's evidence says it may be faster,
-when the text changes (a shift in the acceptance of the draft in use; its last rounds easier
-under the large draft or harder under the small one; the idle one's probe all accepted),
-and otherwise within ``route_budget`` of the time, a share divided by ``score_backoff`` by
-each score that keeps the draft in use (not by a score of the small draft while its last
-stays saved time: its easy text may come back). A draft whose costs are not known yet
-drafts a round instead. Once the small draft's last stays (from a switch to it to the switch away)
-lost time in all against the large draft's rate, the failures that end them and the return
-included, scores no longer send the pair to it. The draft in use when an answer ends starts the next.
+expected rate at once when a stretch changes (its policy's memory lags by tens of rounds); the
+small draft's first tokens failing in a row, unlikely at its acceptance, shorten its K. The
+idle one, paused by its own policy or not, is *scored*: catching up on the tokens it missed (at
+most 64) it predicts each, and a greedy draft's predictions on the text are exactly the rounds
+it would have drafted there. A score compares the two on the same tokens and keeps the faster
+in use. It comes when the idle draft's evidence says it may be faster, when the text changes (a
+shift in the acceptance of the draft in use; its last rounds easier under the large draft or
+harder under the small one; a paused idle one's probe all accepted, in a round the draft in use
+does not draft), and otherwise within ``route_budget`` of the time, a share divided by
+``score_backoff`` by each score that keeps the draft in use (not by a score of the small draft
+while its last stays saved time: its easy text may come back). A draft whose costs are not
+known yet drafts a round instead. Once the small draft's last stays (from a switch to it to the
+switch away) lost time in all against the large draft's rate, the failures that end them and
+the return included, scores no longer send the pair to it. The draft in use when an answer ends
+starts the next.
 """
 
 from __future__ import annotations
@@ -53,8 +54,7 @@ class PairPolicy:
 
     def __init__(self, small: AdaptivePolicy, large: AdaptivePolicy, params: Params = DEFAULT,
                  use: str | None = None):
-        self.policies = {SMALL: small, LARGE: large}
-        self.p = params
+        self.policies, self.p = {SMALL: small, LARGE: large}, params
         self.use = SMALL               # the draft routed to, round after round
         self.route = SMALL             # this round's draft
         self.score = ""                # the draft to score this round on the tokens it missed
@@ -62,9 +62,8 @@ class PairPolicy:
         self.probe, self.ks = False, {SMALL: 0, LARGE: 0}
         self.idle = 0                  # rounds since the idle draft last drafted
         self.idle_tokens = 0           # tokens since the idle draft last drafted or was scored
-        self.switches = self.scores = 0
+        self.switches = self.scores = self._shifts = 0
         self._asked, self._probe = {SMALL: True, LARGE: True}, {SMALL: False, LARGE: False}
-        self._shifts = 0
         self._spent = 0.0              # seconds of rounds since the last score
         self._score_rate: dict[str, float] = {}   # seconds per token scored, as measured
         self._budget = params.route_budget
@@ -139,10 +138,12 @@ class PairPolicy:
             self._asked[name] = not pol.quiet_rounds()
             self.ks[name] = pol.next_k() if self._asked[name] else 0
             self._probe[name] = self._asked[name] and pol.probe
-        self.probe = self.measuring = False
-        self.score = ""
+        self.probe, self.measuring, self.score = False, False, ""
         use, idle = self.use, self.idle_name
         mine, other = self.policies[use], self.policies[idle]
+        if self._probe[idle] and mine.drafting and self.ks[use] and self.p.quiet_idle:
+            other.skip_probe()        # its failed probe would cost a verify for a token where a
+            self._probe[idle] = False  # round of the draft in use gives several: scores tell as much
         if self._probe[use] or self._probe[idle]:
             self.route = use if self._probe[use] else idle       # a paused draft's probe
             self.probe = True
@@ -209,8 +210,7 @@ class PairPolicy:
         ``route_recent``); None until it drafted ``route_recent_min`` since it came into use."""
         if len(self._recent) < self.p.route_recent_min:
             return None
-        succ = sum(a for a, _ in self._recent)
-        fail = sum(f for _, f in self._recent)
+        succ, fail = sum(a for a, _ in self._recent), sum(f for _, f in self._recent)
         return beta_bounds(succ + 1.0, fail + 1.0, self.p.z)
 
     def _rate_in_use(self) -> float | None:

@@ -51,6 +51,7 @@ class Params:
     route_recent: int = 6           # the draft in use's last rounds read on their own at a stretch change [rounds]
     route_recent_min: int = 3       # ... once there are this many [rounds]
     route_stays: int = 3            # ... the small draft's last stays, lost time in all: no switch to it [stays]
+    quiet_idle: bool = True         # ... a paused idle draft does not probe while the other drafts (scores tell)
     miss_k: bool = True             # ... the small draft's first tokens failing against the odds shorten its K
     layer_block: int = 2            # layered drafts: the small one proposes up to this per large-draft batch [tokens]
     layer_switches: int = 3         # ... this many switches within 1.5 windows go layered [switches]
