@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))   # tiny: the generated pairs
 
 from localspec.bench.sweep import PROMPTS  # noqa: E402
-from localspec.chat.comparison import NEAR_TIE, gap_where_they_part  # noqa: E402
+from localspec.chat.comparison import gap_where_they_part, near_tie  # noqa: E402
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, PromptProcessed, RunSpec, SamplingConfig  # noqa: E402
 from localspec.engine.backend import backend_name  # noqa: E402
 from localspec.engine.events import Step  # noqa: E402
@@ -307,9 +307,10 @@ def run_pair(name: str, target: str, draft: str, args, log, save=lambda entry: N
 
 
 def differences(engine: Engine, prompt: list[int], rows: dict[str, list]) -> list[dict]:
-    """Where each answer that is not the target alone's parts from it, and how far apart the
-    target puts the two tokens there (decoded one at a time): a near-tie (below
-    comparison.NEAR_TIE) is llama.cpp's batch rounding, anything else a bug to chase."""
+    """Where each answer that is not the target alone's parts from it, how far apart the
+    target puts the two tokens there, and how far its batched decode moves such gaps there
+    (``rounding``): a near-tie (``comparison.near_tie``) is llama.cpp's batch rounding,
+    anything else a bug to chase."""
     base = tuple(rows["target"][0]["ids"])
     out, seen = [], set()
     for name, rs in rows.items():
@@ -319,8 +320,9 @@ def differences(engine: Engine, prompt: list[int], rows: dict[str, list]) -> lis
                 continue
             seen.add((name, ids))
             i, gap = gap_where_they_part(engine, prompt, base, ids)
-            out.append({"setting": name, "token": i, "gap": gap,
-                        "near_tie": gap is not None and abs(gap) < NEAR_TIE})
+            rounding = engine.batch_rounding(list(prompt) + list(base[:i])) if gap is not None else None
+            out.append({"setting": name, "token": i, "gap": gap, "rounding": rounding,
+                        "near_tie": near_tie(gap, rounding)})
     return out
 
 

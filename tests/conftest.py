@@ -111,6 +111,12 @@ def smollm2_f16(smollm2_q4_1, tmp_path_factory) -> Path:
     return quantize(smollm2_q4_1, tmp_path_factory.mktemp("smollm2") / "smollm2-f16.gguf", 1)
 
 
+@pytest.fixture(scope="session")
+def smollm2_q4_k_m(smollm2_f16, tmp_path_factory) -> Path:
+    """Q4_K_M, the most common quantization, made at test time (LLAMA_FTYPE_MOSTLY_Q4_K_M = 15)."""
+    return quantize(smollm2_f16, tmp_path_factory.mktemp("smollm2-q4km") / "smollm2-q4_k_m.gguf", 15)
+
+
 def start_serve(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str, str]:
     """`localspec serve ARGS` in a subprocess, returned once it says it is serving, with its
     base URL (http://127.0.0.1:PORT) and the line that said so. The caller stops it."""

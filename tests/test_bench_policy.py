@@ -26,6 +26,9 @@ class GapEngine:
         self.asked.append((list(tokens), a, b))
         return self.gaps[len(tokens)]
 
+    def batch_rounding(self, tokens):
+        return 0.002 * len(tokens)
+
 
 def test_differences_say_where_answers_part_and_how_close():
     prompt = [1, 2]
@@ -37,9 +40,9 @@ def test_differences_say_where_answers_part_and_how_close():
             "short": [{"ids": (10, 11)}]}                                  # stopped early
     engine = GapEngine({4: 0.004, 3: -0.8})
     out = bench_policy.differences(engine, prompt, rows)
-    assert out == [{"setting": "ngram", "token": 2, "gap": 0.004, "near_tie": True},
-                   {"setting": "default", "token": 1, "gap": -0.8, "near_tie": False},
-                   {"setting": "short", "token": 2, "gap": None, "near_tie": False}]
+    assert out == [{"setting": "ngram", "token": 2, "gap": 0.004, "rounding": 0.008, "near_tie": True},
+                   {"setting": "default", "token": 1, "gap": -0.8, "rounding": 0.006, "near_tie": False},
+                   {"setting": "short", "token": 2, "gap": None, "rounding": None, "near_tie": False}]
     # the target decodes the prompt and the common part, then compares its token with the other
     assert engine.asked == [([1, 2, 10, 11], 12, 99), ([1, 2, 10], 11, 77)]
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from conftest import GREEDY, make_engine, run_spec, run_to_done
 
-from localspec.chat.comparison import NEAR_TIE, compare, measure_difference
+from localspec.chat.comparison import NEAR_TIE, compare, measure_difference, near_tie
 
 
 @pytest.mark.slow
@@ -30,3 +30,42 @@ def test_a_difference_is_measured_by_the_targets_logits(tiny_target, tiny_draft)
         res.gap_at_difference = 0.0019
         assert "near-tie" in res.outputs_line() and "0.0019" in res.outputs_line()
         assert res.to_dict()["first_difference"] == i
+
+
+@pytest.mark.slow
+def test_batch_rounding_is_measured_on_the_model(smollm2_f16, smollm2_q4_1, smollm2_q4_k_m):
+    """llama.cpp computes a batch of tokens with other kernels than one token at a time: on a
+    CPU the gap between a position's two best tokens moves by thousandths of a logit with F16
+    weights, not at all with Q4_1 here, and by tenths with the K-quants' kernels (the same
+    model, SmolLM2-135M)."""
+    rounding = {}
+    for name, path in (("f16", smollm2_f16), ("q4_1", smollm2_q4_1), ("q4_k_m", smollm2_q4_k_m)):
+        with make_engine(path) as e:
+            toks = e.tokenize("The ocean is a vast body of salt water that covers most of the planet, and")
+            rounding[name] = e.batch_rounding(toks)
+            assert rounding[name] == e.batch_rounding(toks), "the same decodes, the same figure"
+    assert rounding["f16"] < NEAR_TIE and rounding["q4_1"] < NEAR_TIE < 0.05 < rounding["q4_k_m"], rounding
+
+
+def test_a_near_tie_is_below_the_fixed_bound_or_the_measured_rounding():
+    assert near_tie(0.004) and near_tie(-0.004) and not near_tie(0.04) and not near_tie(None)
+    assert near_tie(0.04, 0.2) and not near_tie(0.4, 0.2) and not near_tie(0.04, 0.001)
+
+
+@pytest.mark.slow
+def test_a_k_quant_target_parts_at_its_own_batch_rounding(smollm2_q4_k_m):
+    """Speculation on a Q4_K_M target parts from the target alone where its batched decodes
+    rank the two best tokens otherwise: compare names it a near-tie with the rounding measured
+    there (the fixed bound, right for F16 weights, would call it DIFFERENT)."""
+    with make_engine(smollm2_q4_k_m, drafter="ngram", draft_max=4) as e:
+        parted = None
+        for text in ("Once upon a time", "The ocean is", "def fib(n):", "List three colors:"):
+            res = compare(e, e.tokenize(text), run_spec(e, sampling=GREEDY, max_tokens=128))
+            if not res.identical and res.gap_at_difference is not None:
+                parted = res
+                break
+        assert parted is not None, "no prompt parted"
+        assert parted.batch_rounding is not None and parted.batch_rounding > NEAR_TIE
+        assert near_tie(parted.gap_at_difference, parted.batch_rounding), parted.gap_at_difference
+        assert "near-tie" in parted.outputs_line() and "on this model" in parted.outputs_line()
+        assert parted.to_dict()["batch_rounding"] == parted.batch_rounding

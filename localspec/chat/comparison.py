@@ -21,9 +21,16 @@ from ..engine.events import Done, Event
 if TYPE_CHECKING:   # the engine loads llama.cpp; a comparison only drives one it is given
     from ..engine import Engine
 
-# Logits closer than this where two greedy answers part: llama.cpp's batch rounding (up to
-# ~0.005 on the CPU) can pick either token.
+# Logits closer than this where two greedy answers part are a near-tie on any model: llama.cpp's
+# batch rounding of F16 weights on a CPU moves them by up to ~0.008. Quantized weights are
+# rounded far more differently in a batch (tenths of a logit), measured where answers part.
 NEAR_TIE = 0.01
+
+
+def near_tie(gap: float | None, rounding: float | None = None) -> bool:
+    """Whether two tokens ``gap`` apart in the target's logits are a near-tie: closer than
+    NEAR_TIE, or than the batch rounding measured there (:meth:`Engine.batch_rounding`)."""
+    return gap is not None and abs(gap) < max(NEAR_TIE, rounding or 0.0)
 
 
 @dataclass
@@ -36,8 +43,10 @@ class ComparisonResult:
     models: dict = field(default_factory=dict)
     sampling: dict = field(default_factory=dict)
     # Where greedy answers part: the target's logit of its own token there minus that of the
-    # speculative answer's (None: not measured). A few thousandths is a near-tie.
+    # speculative answer's (None: not measured), and how far llama.cpp's batched decode moves
+    # such gaps over the tokens before it (None: not measured). A smaller gap is a near-tie.
     gap_at_difference: float | None = None
+    batch_rounding: float | None = None
 
     @property
     def policy(self) -> dict:
@@ -66,11 +75,13 @@ class ComparisonResult:
             return "not compared (sampling: same distribution, different draws; greedy gives a token check)"
         if same:
             return f"identical ({len(self.spec.token_ids)} tokens)"
-        gap = self.gap_at_difference
-        if gap is not None and abs(gap) < NEAR_TIE:
+        gap, rounding = self.gap_at_difference, self.batch_rounding
+        if near_tie(gap, rounding):
+            measured = (f" (on this model it moves such gaps by up to {rounding:.4f} over the tokens before)"
+                        if rounding is not None and rounding >= NEAR_TIE else "")
             return (f"different from token {self.first_difference}, at a near-tie: the target's two best "
                     f"tokens there are {abs(gap):.4f} apart, and llama.cpp rounds a batch of tokens "
-                    "differently from one at a time")
+                    f"differently from one at a time{measured}")
         note = f" (the target's logits for the two tokens {gap:.3f} apart)" if gap is not None else ""
         return f"DIFFERENT from token {self.first_difference}{note}"
 
@@ -79,6 +90,7 @@ class ComparisonResult:
             "prompt": self.prompt, "max_tokens": self.max_tokens, "greedy": self.greedy,
             "speedup": self.speedup, "identical": self.identical,
             "first_difference": self.first_difference, "gap_at_difference": self.gap_at_difference,
+            "batch_rounding": self.batch_rounding,
             "target_only": self.base.summary.to_dict() | {"text": self.base.text,
                                                            "token_ids": list(self.base.token_ids)},
             "speculative": self.spec.summary.to_dict() | {"text": self.spec.text,
@@ -162,7 +174,10 @@ def gap_where_they_part(engine: Engine, prompt: list[int], a, b) -> tuple[int | 
 
 
 def measure_difference(engine: Engine, tokens: list[int], result: ComparisonResult) -> None:
-    """Where greedy answers part, how far apart the target puts the two tokens."""
+    """Where greedy answers part, how far apart the target puts the two tokens, and how far
+    its batched decode moves such gaps there."""
     if result.greedy:
-        result.gap_at_difference = gap_where_they_part(engine, tokens, result.base.token_ids,
-                                                       result.spec.token_ids)[1]
+        i, result.gap_at_difference = gap_where_they_part(engine, tokens, result.base.token_ids,
+                                                          result.spec.token_ids)
+        if result.gap_at_difference is not None:
+            result.batch_rounding = engine.batch_rounding(list(tokens) + list(result.base.token_ids)[:i])

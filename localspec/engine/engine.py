@@ -13,6 +13,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import BadInput, IncompatiblePair
 from . import cascade
 from .backend import CACHE_TYPES, Context, Model, default_threads
@@ -337,6 +339,33 @@ class Engine:
             self.target_ctx.clear()
             x = self.target_ctx.decode(tokens, logits="last")
             return float(x[a]) - float(x[b])
+
+    def batch_rounding(self, tokens: list[int], window: int = 32) -> float:
+        """How far llama.cpp's batched decode moves the target's logits from one-token decodes
+        after ``tokens``: over their last ``window`` positions, the largest change of the gap
+        between each position's two best tokens (as one-token decodes rank them). A verify
+        batch is rounded differently from the target alone's steps: thousandths of a logit for
+        F16 weights on a CPU, tenths for quantized ones (their batch kernels differ).
+
+        Raises:
+            BadInput: fewer than two tokens.
+        """
+        n = min(window, len(tokens) - 1)
+        if n < 1:
+            raise BadInput("batch_rounding needs at least two tokens")
+        with self._lock:   # a one-off check, from an empty cache
+            ctx = self.target_ctx
+            ctx.clear()
+            ctx.decode(tokens[:-n], logits="none")
+            tops, gaps = [], []
+            for t in tokens[-n:]:
+                row = ctx.decode([t], logits="last")
+                i, j = np.argpartition(row, -2)[-2:]
+                tops.append((i, j))
+                gaps.append(float(row[i]) - float(row[j]))
+            ctx.clear()
+            rows = ctx.decode(tokens, logits=n)
+            return max(abs(float(r[i]) - float(r[j]) - g) for r, (i, j), g in zip(rows, tops, gaps))
 
     def reset(self) -> None:
         """Forget cached prompts in both models (for fair timing between runs)."""
