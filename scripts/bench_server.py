@@ -16,7 +16,8 @@
 
 With ``--parallel N``: slots side by side with llama-server (built from the vendored llama.cpp
 by ``scripts/build_reference.sh .cache/reference llama-server``), on one pair (``--pair``: demo,
-or the generated ``pays``/``loses`` pairs of scripts/bench_policy.py): N concurrent clients'
+the generated ``pays``/``loses`` pairs of scripts/bench_policy.py, or ``qwen``: the shipped
+Qwen2.5-Coder-0.5B Q4_K_M with its Q2_K as draft, a real 152K-vocabulary model): N concurrent clients'
 aggregate tok/s for llama-server ``-np N`` and ``localspec serve --parallel N``, each without
 and with the draft; one client (each prompt in turn) against ``localspec serve --parallel 1``;
 and whether each concurrent greedy answer is the one the same request gets alone. Settings alternate within
@@ -175,6 +176,15 @@ def pair_paths(which: str) -> tuple[str, str]:
         return str(t), str(d)
     sys.path.insert(0, str(ROOT / "scripts"))
     sys.path.insert(0, str(ROOT / "tests"))
+    if which == "qwen":   # a real model: the shipped Q4_K_M as target, its Q2_K (llama.cpp's quantizer) as draft
+        from bench_sampling import qwen_coder
+        from conftest import quantize
+
+        target = qwen_coder()
+        draft = target.parent / "qwen-coder-0.5b-q2_k.gguf"
+        if not draft.is_file():
+            quantize(target, draft, 10)
+        return str(target), str(draft)
     from bench_policy import generated_pair
 
     root = ROOT / ".cache" / "bench_policy"
@@ -260,7 +270,7 @@ def parallel_servers(a, target: str, draft: str) -> dict[str, tuple[list[str], i
     return servers
 
 
-def _parallel_session(a, specs, prompts, together, one, identical, session) -> None:
+def _parallel_session(a, specs, prompts, together, one, identical, session, parted=None) -> None:
     """One set of fresh servers: a warm-up, each answer alone, then ``a.runs`` rotating runs."""
     servers = {}
     try:
@@ -278,6 +288,8 @@ def _parallel_session(a, specs, prompts, together, one, identical, session) -> N
                 together[name].append(res["tok_s"])
                 if name in identical:
                     identical[name].append(sum(x == y for x, y in zip(res["texts"], alone[name])))
+                    if parted is not None:
+                        parted.update((name, p, x, y) for p, x, y in zip(prompts, alone[name], res["texts"]) if x != y)
             for name in (list(one) if r % 2 == 0 else list(one)[::-1]):
                 # every prompt in turn, one at a time: a single short request is mostly noise
                 res = [servers[name].complete(p, a.n) for p in prompts]
@@ -290,6 +302,26 @@ def _parallel_session(a, specs, prompts, together, one, identical, session) -> N
             srv.close()
 
 
+def where_they_part(target: str, a, parted: set) -> list[dict]:
+    """Each concurrent answer that is not the one its request gets alone: where it parts and
+    whether ``localspec compare`` would call it a near-tie (the texts tokenized again)."""
+    if not parted:
+        return []
+    from localspec.chat.comparison import gap_where_they_part, near_tie
+    from localspec.engine import Engine, EngineConfig
+
+    out = []
+    with Engine(EngineConfig(target=target, n_ctx=a.ctx, threads=a.threads, remember=False)) as e:
+        for name, prompt, alone, text in sorted(parted):
+            p = e.tokenize(prompt)
+            x, y = (e.target_model.tokenize(t, add_special=False, parse_special=False) for t in (alone, text))
+            i, gap = gap_where_they_part(e, p, x, y)
+            rounding = e.batch_rounding(p + x[:i]) if gap is not None else None
+            out.append({"setting": name, "prompt": prompt, "token": i, "gap": gap, "rounding": rounding,
+                        "near_tie": near_tie(gap, rounding)})
+    return out
+
+
 def parallel_main(a) -> None:
     target, draft = pair_paths(a.pair)
     prompts = [f"Here is a long paragraph about {PAR_TOPICS[i % len(PAR_TOPICS)]}:\n\n" for i in range(a.clients)]
@@ -298,10 +330,11 @@ def parallel_main(a) -> None:
     together = {name: [] for name in specs if name != "localspec+draft -np 1"}
     one = {"localspec+draft": [], "localspec+draft -np 1": []}
     identical = {name: [] for name in ("localspec", "localspec+draft")}
+    parted: set = set()
     for session in range(a.sessions):
         # Fresh processes each session: a long-lived process keeps the core it landed on, and
         # this machine's cores differ in speed for minutes at a time (other tenants).
-        _parallel_session(a, specs, prompts, together, one, identical, session)
+        _parallel_session(a, specs, prompts, together, one, identical, session, parted)
 
     med = {k: median(v) for k, v in together.items()}
     ratios = {"localspec_vs_llama_server": med["localspec"] / med["llama-server"] if "llama-server" in med else None,
@@ -323,13 +356,16 @@ def parallel_main(a) -> None:
         "one_client_tok_s": one, "median_one_client_tok_s": {k: median(v) for k, v in one.items()},
         "ratios": ratios,
         "greedy_identical_to_alone": {k: f"{sum(v)}/{len(v) * a.clients}" for k, v in identical.items()},
+        "parted": where_they_part(target, a, parted),
     }
     text = json.dumps(out, indent=2)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(text + "\n")
     print(json.dumps({"median_together_tok_s": med, "ratios": ratios,
-                      "identical": out["greedy_identical_to_alone"]}, indent=1))
+                      "identical": out["greedy_identical_to_alone"],
+                      "parted": [f"{d['setting']} token {d['token']}: gap {d['gap']}, rounding {d['rounding']}"
+                                 + (" (near-tie)" if d["near_tie"] else "") for d in out["parted"]]}, indent=1))
 
 
 def main() -> None:
@@ -347,7 +383,7 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, help="slots side by side with llama-server (see above)")
     ap.add_argument("--sessions", type=int, default=1,
                     help="with --parallel: sets of fresh server processes, each running --runs runs")
-    ap.add_argument("--pair", choices=["demo", "pays", "loses"], default="demo")
+    ap.add_argument("--pair", choices=["demo", "pays", "loses", "qwen"], default="demo")
     ap.add_argument("--llama-server", default=str(ROOT / ".cache" / "reference" / "build" / "bin" / "llama-server"),
                     help="llama-server's binary ('' to leave it out)")
     a = ap.parse_args()
