@@ -22,7 +22,7 @@ if TYPE_CHECKING:   # the engine loads llama.cpp; a comparison only drives one i
     from ..engine import Engine
 
 # Logits closer than this where two greedy answers part are a near-tie on any model: llama.cpp's
-# batch rounding of F16 weights on a CPU moves them by up to ~0.008. Quantized weights are
+# batch rounding of F16 weights on a CPU moves them by up to ~0.009. K-quant weights are
 # rounded far more differently in a batch (tenths of a logit), measured where answers part.
 NEAR_TIE = 0.01
 

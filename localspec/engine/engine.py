@@ -344,8 +344,9 @@ class Engine:
         """How far llama.cpp's batched decode moves the target's logits from one-token decodes
         after ``tokens``: over their last ``window`` positions, the largest change of the gap
         between each position's two best tokens (as one-token decodes rank them). A verify
-        batch is rounded differently from the target alone's steps: thousandths of a logit for
-        F16 weights on a CPU, tenths for quantized ones (their batch kernels differ).
+        batch is rounded differently from the target alone's steps: on a CPU by thousandths of
+        a logit for F16 weights, not at all for Q8_0 or Q4_0, by tenths for the K-quants (their
+        batch kernels differ).
 
         Raises:
             BadInput: fewer than two tokens.
