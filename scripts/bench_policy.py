@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))   # tiny: the generated pairs
 
 from localspec.bench.sweep import PROMPTS  # noqa: E402
-from localspec.chat.comparison import gap_where_they_part, near_tie  # noqa: E402
+from localspec.chat.comparison import near_tie, where_they_part  # noqa: E402
 from localspec.engine import Done, DrafterKind, Engine, EngineConfig, PromptProcessed, RunSpec, SamplingConfig  # noqa: E402
 from localspec.engine.backend import backend_name  # noqa: E402
 from localspec.engine.events import Step  # noqa: E402
@@ -319,8 +319,7 @@ def differences(engine: Engine, prompt: list[int], rows: dict[str, list]) -> lis
             if ids == base or (name, ids) in seen:
                 continue
             seen.add((name, ids))
-            i, gap = gap_where_they_part(engine, prompt, base, ids)
-            rounding = engine.batch_rounding(list(prompt) + list(base[:i])) if gap is not None else None
+            i, gap, rounding = where_they_part(engine, prompt, base, ids)
             out.append({"setting": name, "token": i, "gap": gap, "rounding": rounding,
                         "near_tie": near_tie(gap, rounding)})
     return out

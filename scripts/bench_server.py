@@ -302,12 +302,12 @@ def _parallel_session(a, specs, prompts, together, one, identical, session, part
             srv.close()
 
 
-def where_they_part(target: str, a, parted: set) -> list[dict]:
+def judge_partings(target: str, a, parted: set) -> list[dict]:
     """Each concurrent answer that is not the one its request gets alone: where it parts and
     whether ``localspec compare`` would call it a near-tie (the texts tokenized again)."""
     if not parted:
         return []
-    from localspec.chat.comparison import gap_where_they_part, near_tie
+    from localspec.chat.comparison import near_tie, where_they_part
     from localspec.engine import Engine, EngineConfig
 
     out = []
@@ -315,8 +315,7 @@ def where_they_part(target: str, a, parted: set) -> list[dict]:
         for name, prompt, alone, text in sorted(parted):
             p = e.tokenize(prompt)
             x, y = (e.target_model.tokenize(t, add_special=False, parse_special=False) for t in (alone, text))
-            i, gap = gap_where_they_part(e, p, x, y)
-            rounding = e.batch_rounding(p + x[:i]) if gap is not None else None
+            i, gap, rounding = where_they_part(e, p, x, y)
             out.append({"setting": name, "prompt": prompt, "token": i, "gap": gap, "rounding": rounding,
                         "near_tie": near_tie(gap, rounding)})
     return out
@@ -356,7 +355,7 @@ def parallel_main(a) -> None:
         "one_client_tok_s": one, "median_one_client_tok_s": {k: median(v) for k, v in one.items()},
         "ratios": ratios,
         "greedy_identical_to_alone": {k: f"{sum(v)}/{len(v) * a.clients}" for k, v in identical.items()},
-        "parted": where_they_part(target, a, parted),
+        "parted": judge_partings(target, a, parted),
     }
     text = json.dumps(out, indent=2)
     if a.out:

@@ -173,11 +173,17 @@ def gap_where_they_part(engine: Engine, prompt: list[int], a, b) -> tuple[int | 
     return i, engine.logit_gap(list(prompt) + a[:i], a[i], b[i])
 
 
+def where_they_part(engine: Engine, prompt: list[int], a, b) -> tuple[int | None, float | None, float | None]:
+    """:func:`gap_where_they_part`, and how far the target's batched decode moves such gaps
+    there (:meth:`Engine.batch_rounding`; None with the gap): what :func:`near_tie` reads."""
+    i, gap = gap_where_they_part(engine, prompt, a, b)
+    rounding = engine.batch_rounding(list(prompt) + list(a)[:i]) if gap is not None else None
+    return i, gap, rounding
+
+
 def measure_difference(engine: Engine, tokens: list[int], result: ComparisonResult) -> None:
     """Where greedy answers part, how far apart the target puts the two tokens, and how far
     its batched decode moves such gaps there."""
     if result.greedy:
-        i, result.gap_at_difference = gap_where_they_part(engine, tokens, result.base.token_ids,
-                                                          result.spec.token_ids)
-        if result.gap_at_difference is not None:
-            result.batch_rounding = engine.batch_rounding(list(tokens) + list(result.base.token_ids)[:i])
+        _, result.gap_at_difference, result.batch_rounding = where_they_part(
+            engine, tokens, result.base.token_ids, result.spec.token_ids)
