@@ -252,6 +252,25 @@ def test_tokenize_and_detokenize(tiny):
     assert_error(*request(tiny, "POST", "/detokenize", {"tokens": [1, -1]})[::2], 400, "tokens", "must be in")
 
 
+def test_native_completion_returns_token_ids(tiny):
+    """``return_tokens``: a whole answer's ``tokens`` are its generated ids; streamed, each
+    event carries its own text's ids (llama-server sends them whether asked or not)."""
+    body = {"prompt": PROMPT, "n_predict": 12, "temperature": 0}
+    plain = request(tiny, "POST", "/completion", body)[2]
+    assert plain["tokens"] == []
+    out = request(tiny, "POST", "/completion", body | {"return_tokens": True})[2]
+    assert len(out["tokens"]) == out["tokens_predicted"] == 12 and out["content"] == plain["content"]
+    assert request(tiny, "POST", "/detokenize", {"tokens": out["tokens"]})[2]["content"] == out["content"]
+    text = request(tiny, "POST", "/completion", body | {"stream": True})[2]
+    data = [json.loads(e) for e in events(text)]
+    assert all(d["tokens"] for d in data[:-1]) and data[-1]["tokens"] == []
+    assert [t for d in data for t in d["tokens"]] == out["tokens"]
+    status, _, err = request(tiny, "POST", "/completion", body | {"return_tokens": "yes"})
+    assert_error(status, err, 400, "return_tokens", "true or false")
+    status, _, err = request(tiny, "POST", "/v1/completions", body | {"return_tokens": True})
+    assert_error(status, err, 400, "return_tokens", "only its off value")
+
+
 def test_native_completion(tiny):
     want = complete(tiny, max_tokens=12)["choices"][0]["text"]
     status, _, out = request(tiny, "POST", "/completion", {"prompt": PROMPT, "n_predict": 12, "temperature": 0})

@@ -163,6 +163,50 @@ def test_full_queue_is_still_429(slow_pair):
         assert server.snapshot().requests.get("queue_full", 0) == 1
 
 
+def test_id_slot_picks_the_slot_and_a_busy_one_is_waited_for(smol):
+    """llama-server's ``id_slot``: the answer comes from the slot asked for, a request for a
+    busy slot waits for it while a request for any slot goes on, and a slot that does not
+    exist is a 400 naming the range."""
+    out: dict[str, dict] = {}
+
+    def ask(name, **body):
+        out[name] = request(smol, "POST", "/completion", {"prompt": PROMPTS[1], "n_predict": 24,
+                                                          "temperature": 0} | body)[2]
+
+    alone = request(smol, "POST", "/completion", {"prompt": PROMPTS[1], "n_predict": 24, "temperature": 0,
+                                                  "id_slot": 2})[2]
+    assert alone["id_slot"] == 2
+    threads = [threading.Thread(target=ask, args=(n,), kwargs=kw)
+               for n, kw in (("a", {"id_slot": 1}), ("b", {"id_slot": 1}), ("any", {}))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert out["a"]["id_slot"] == out["b"]["id_slot"] == 1 and out["any"]["id_slot"] in (0, 2)
+    assert out["a"]["content"] == out["b"]["content"] == out["any"]["content"] == alone["content"]
+    status, _, body = request(smol, "POST", "/completion", {"prompt": "hi", "id_slot": 3})
+    assert_error(status, body, 400, "id_slot", "slots 0 to 2")
+
+
+def test_the_headless_runner_starts_a_generation_in_the_slot_asked_for(tiny_target):
+    from localspec.engine.batch import SlotsFull
+    from localspec.errors import BadInput
+
+    engine = Engine(EngineConfig(target=str(tiny_target), n_ctx=128, threads=1, remember=False, parallel=2))
+    try:
+        runner, spec = engine.runner(), RunSpec(drafter=DrafterKind.NONE, max_tokens=4)
+        prompt = engine.tokenize("hello")
+        assert runner.start(prompt, spec, slot=1).slot == 1
+        with pytest.raises(SlotsFull, match="slot 1 is busy"):
+            runner.start(prompt, spec, slot=1)
+        with pytest.raises(BadInput, match="no slot 2: slots are 0 to 1"):
+            runner.start(prompt, spec, slot=2)
+        assert runner.start(prompt, spec).slot == 0
+        runner.run_all()
+    finally:
+        engine.close()
+
+
 def test_answers_that_end_with_their_first_token_are_all_answered(smol):
     """Several requests admitted in one round, each done after its first token (its slot frees
     at once and the next takes it): every one is answered."""

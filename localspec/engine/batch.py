@@ -313,14 +313,17 @@ class BatchRunner:
         return best
 
     def start(self, prompt: list[int], spec: RunSpec, cancel: threading.Event | None = None,
-              on_event: Callable[[Event], None] | None = None, *, cache_prompt: bool = True) -> Generation:
-        """Read ``prompt`` in a free slot and emit its first token; the rest comes from :meth:`step`.
+              on_event: Callable[[Event], None] | None = None, *, cache_prompt: bool = True,
+              slot: int | None = None) -> Generation:
+        """Read ``prompt`` in a free slot (``slot``, if given) and emit its first token; the rest
+        comes from :meth:`step`.
 
         Raises:
-            SlotsFull: every slot is busy. BadInput: a spec no slot runs, an empty prompt.
-            ContextOverflow: a prompt the context cannot hold. What a failed read raised.
+            SlotsFull: every slot (or ``slot``) is busy. BadInput: a spec no slot runs, an empty
+                prompt, no such slot. ContextOverflow: a prompt the context cannot hold. What a
+                failed read raised.
         """
-        g = self.admit(prompt, spec, cancel, on_event, cache_prompt=cache_prompt)
+        g = self.admit(prompt, spec, cancel, on_event, cache_prompt=cache_prompt, slot=slot)
         with self.engine.lock:
             self._pending.remove(g)
             self._read_prompts([g])
@@ -329,14 +332,16 @@ class BatchRunner:
         return g
 
     def admit(self, prompt: list[int], spec: RunSpec, cancel: threading.Event | None = None,
-              on_event: Callable[[Event], None] | None = None, *, cache_prompt: bool = True) -> Generation:
-        """Take a free slot for ``prompt`` without reading it: the next :meth:`step` reads the
-        prompts of every generation admitted since in one decode (requests that arrive together
-        cost one prompt decode, not one each), emits their first tokens, then runs its round.
+              on_event: Callable[[Event], None] | None = None, *, cache_prompt: bool = True,
+              slot: int | None = None) -> Generation:
+        """Take a free slot for ``prompt`` (``slot``, if given; else :meth:`pick_slot`'s) without
+        reading it: the next :meth:`step` reads the prompts of every generation admitted since in
+        one decode (requests that arrive together cost one prompt decode, not one each), emits
+        their first tokens, then runs its round.
 
         Raises:
-            SlotsFull: every slot is busy. BadInput: a spec no slot runs, an empty prompt.
-            ContextOverflow: a prompt the context cannot hold.
+            SlotsFull: every slot (or ``slot``) is busy. BadInput: a spec no slot runs, an empty
+                prompt, no such slot. ContextOverflow: a prompt the context cannot hold.
         """
         spec.validate()
         if not self.supports(spec):
@@ -349,7 +354,11 @@ class BatchRunner:
         if len(prompt) >= n_ctx:
             raise ContextOverflow(f"the prompt is {len(prompt)} tokens but the context holds {n_ctx}; "
                                   "use a shorter prompt or a larger --ctx")
-        s = self.pick_slot(prompt)
+        if slot is not None and not 0 <= slot < self.n_slots:
+            raise BadInput(f"there is no slot {slot}: slots are 0 to {self.n_slots - 1}")
+        if slot is not None and self.slots[slot] is not None:
+            raise SlotsFull(f"slot {slot} is busy")
+        s = self.pick_slot(prompt) if slot is None else slot
         if s is None:
             raise SlotsFull(f"all {self.n_slots} slots are busy")
         eng = self.engine

@@ -270,13 +270,14 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
         spec = tools.constrain(spec, plan, ctx.engine.target_model)
         stream = bool(body.get("stream"))
         job = Job(kind, prompt, spec, Channel(asyncio.get_running_loop()), stream=stream,
-                  cache_prompt=translate.cache_prompt(body))
+                  cache_prompt=translate.cache_prompt(body), slot=translate.id_slot(body, ctx.engine.parallel),
+                  ids=kind == "completion")
         ctx.scheduler.submit(job)
     except ApiError as err:
         return ctx.refused(kind, err)
     if kind == "completion":
         shape = llama.Native(ctx.engine, spec, ctx.model_id, translate.completion_prompt(body),
-                             translate.n_predict(body))
+                             translate.n_predict(body), job, bool(body.get("return_tokens")))
     else:
         shape = Shape(kind, job.id, ctx.model_id, translate.include_usage(body))
         if plan.calls is not None:
@@ -330,15 +331,20 @@ async def _stream(ctx: ServerContext, job: Job, shape):
     try:
         for event in shape.head():
             yield event
+        ids: list[int] = []    # (/completion's) token ids of the text not yet sent
         while True:
             texts: list[str] = []
             for item in await job.channel.get():
-                if type(item) is str:
+                kind = type(item)
+                if kind is str:
                     texts.append(item)
                     continue
-                if texts:
-                    yield shape.piece("".join(texts))
-                    texts = []
+                if kind is tuple:
+                    texts.append(item[0])
+                    ids.append(item[1])
+                    continue
+                if "".join(texts):
+                    yield shape.piece("".join(texts), ids)
                 finished = True
                 if isinstance(item, ApiError):
                     yield sse(item.body())
@@ -350,8 +356,10 @@ async def _stream(ctx: ServerContext, job: Job, shape):
                 if shape.end:
                     yield shape.end
                 return
-            if texts:
-                yield shape.piece("".join(texts))
+            text = "".join(texts)
+            if text:              # (ids whose text is held back go with the text that follows)
+                yield shape.piece(text, ids)
+                ids = []
     finally:
         if not finished:
             ctx.scheduler.cancel(job, "cancelled")

@@ -148,20 +148,28 @@ def stopping_word(engine: Engine, done: Done, stop: tuple[str, ...]) -> str:
 class Native:
     """One ``/completion`` request's answer in llama-server's shape: ``content``, ``stop``,
     ``stop_type``, token counts, ``generation_settings`` and ``timings``; streamed, each event
-    is ``{"content", "stop": false}`` and the last carries the rest (llama-server sends no
-    ``[DONE]``)."""
+    is ``{"content", "tokens", "stop": false}`` (the event's text and its token ids) and the last
+    carries the rest (llama-server sends no ``[DONE]``). ``id_slot`` is the slot that generated it
+    (``job.slot_used``); ``tokens`` of a whole answer are every generated id when
+    ``return_tokens``, as llama-server's."""
 
-    def __init__(self, engine: Engine, spec: RunSpec, model_id: str, prompt: str | list[int], n_predict: int):
+    def __init__(self, engine: Engine, spec: RunSpec, model_id: str, prompt: str | list[int], n_predict: int,
+                 job=None, return_tokens: bool = False):
         self.engine, self.spec, self.model_id, self.n_predict = engine, spec, model_id, n_predict
         self.prompt = prompt if isinstance(prompt, str) else engine.target_model.detokenize(list(prompt))
+        self.job, self.return_tokens = job, return_tokens
+
+    @property
+    def slot(self) -> int:
+        return self.job.slot_used if self.job is not None else 0
 
     end = b""   # llama-server ends a stream with its last event, no [DONE]
 
     def head(self) -> list[bytes]:
         return []
 
-    def piece(self, text: str) -> bytes:
-        return sse({"index": 0, "content": text, "tokens": [], "stop": False, "id_slot": 0})
+    def piece(self, text: str, ids=()) -> bytes:
+        return sse({"index": 0, "content": text, "tokens": list(ids), "stop": False, "id_slot": self.slot})
 
     def tail(self, done: Done) -> list[bytes]:
         return [sse(self.final(done, streamed=True))]
@@ -175,8 +183,8 @@ class Native:
         return {
             "index": 0,
             "content": "" if streamed else done.text,
-            "tokens": [],
-            "id_slot": 0,
+            "tokens": list(done.token_ids) if self.return_tokens and not streamed else [],
+            "id_slot": self.slot,
             "stop": True,
             "model": self.model_id,
             "tokens_predicted": s.n_generated,

@@ -116,7 +116,7 @@ class Shape:
         """The events before any text: the assistant's role (chat)."""
         return [self.chunk(role=True)] if self.chat else []
 
-    def piece(self, text: str) -> bytes:
+    def piece(self, text: str, ids=()) -> bytes:
         return self.chunk(text)
 
     def tail(self, done: Done) -> list[bytes]:

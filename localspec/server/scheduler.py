@@ -77,6 +77,9 @@ class Job:
     channel: Channel
     stream: bool = True             # False: only the final Done is sent back
     cache_prompt: bool = True       # False: the cached prefix is dropped first (llama-server's field)
+    slot: int = -1                  # the slot asked for (llama-server's id_slot; -1: any)
+    ids: bool = False               # streamed: each piece with its token ids, as (text, id) pairs
+    slot_used: int = 0              # the slot that generates it (set when it starts)
     id: str = field(default_factory=lambda: f"{next(_ids):06d}")
     arrived: float = field(default_factory=time.perf_counter)
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -214,7 +217,7 @@ class Scheduler:
         m.queue_wait.observe(time.perf_counter() - job.arrived)
         live.start(job.id, job.endpoint, job.spec.drafter.value)
         m.busy.set(1)
-        done, ttft, stream = None, 0.0, job.stream
+        done, ttft, stream, ids = None, 0.0, job.stream, job.stream and job.ids
         try:
             if not job.cache_prompt:
                 self.engine.reset()
@@ -226,7 +229,9 @@ class Scheduler:
                         first = False
                         ttft = time.perf_counter() - job.arrived
                         m.ttft.observe(ttft)
-                    if stream and ev.text:
+                    if ids:
+                        put((ev.text, ev.id))
+                    elif stream and ev.text:
                         put(ev.text)
                 elif kind is Step:
                     m.step(ev)
@@ -301,13 +306,22 @@ class Scheduler:
                 self._cv.wait()
             if not self._queue and not runner.busy:
                 return True, None
-            free = runner.free
+            free, taken, waiting = runner.free, set(), collections.deque()
             while self._queue and len(admit) < free:
-                if not runner.supports(self._queue[0].spec):
+                job = self._queue[0]
+                if not runner.supports(job.spec):
                     if not runner.busy and not admit:   # its turn: it runs alone
                         alone = self._current = self._queue.popleft()
                     break
-                admit.append(self._queue.popleft())
+                self._queue.popleft()
+                if job.slot < 0:
+                    admit.append(job)
+                elif runner.slots[job.slot] is None and job.slot not in taken:
+                    taken.add(job.slot)
+                    admit.insert(0, job)        # (started first: the others pick among the rest)
+                else:
+                    waiting.append(job)         # its slot is busy: it waits, the others go on
+            self._queue.extendleft(reversed(waiting))
             if admit or alone:
                 self._depth()
         return False, alone
@@ -319,6 +333,7 @@ class Scheduler:
             self._refused(job, _shutdown(), job.cancel_reason or "cancelled")
             return
         m, live, put, stream = self.metrics, self.live, job.channel.put, job.stream
+        ids = stream and job.ids
         m.queue_wait.observe(time.perf_counter() - job.arrived)
         state = {"first": True, "ttft": 0.0, "slot": 0}
 
@@ -329,7 +344,9 @@ class Scheduler:
                     state["first"] = False
                     state["ttft"] = time.perf_counter() - job.arrived
                     m.ttft.observe(state["ttft"])
-                if stream and ev.text:
+                if ids:
+                    put((ev.text, ev.id))
+                elif stream and ev.text:
                     put(ev.text)
             elif kind is Step:
                 m.step(ev)
@@ -340,12 +357,13 @@ class Scheduler:
                 m.prompt_done(ev.n_tokens, ev.n_cached)
                 live.prompt(ev.n_tokens, ev.n_cached, state["slot"])
 
-        slot = self.runner.pick_slot(job.prompt)
-        state["slot"] = slot
+        slot = job.slot if job.slot >= 0 else self.runner.pick_slot(job.prompt)
+        state["slot"] = job.slot_used = slot
         live.start(job.id, job.endpoint, job.spec.drafter.value, slot)
         self._slots[slot] = (job, state)
         try:   # read at the next round, with the prompts of the others admitted now
-            gen = self.runner.admit(job.prompt, job.spec, job.cancel, on_event, cache_prompt=job.cache_prompt)
+            gen = self.runner.admit(job.prompt, job.spec, job.cancel, on_event, cache_prompt=job.cache_prompt,
+                                    slot=slot)
         except Exception as exc:    # noqa: BLE001 - answered as the single path answers it
             self._slots[slot] = None
             self._end(job, None, exc, 0.0, slot)

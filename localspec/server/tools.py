@@ -672,7 +672,7 @@ class CallShape:
     def head(self) -> list[bytes]:
         return self.shape.head()
 
-    def piece(self, text: str) -> bytes:
+    def piece(self, text: str, ids=()) -> bytes:
         return self._events(self._stream.feed(text))
 
     def tail(self, done) -> list[bytes]:

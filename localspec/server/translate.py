@@ -10,7 +10,7 @@ Every top-level field a request sends is one of :func:`known_fields`: a field th
 honours, or an option it does not implement sent at its neutral ("off") value. Anything else
 is a 400 naming the field. llama-server's own per-request fields are honoured under their
 names: the flat ``speculative.n_max`` / ``speculative.n_min`` / ``speculative.p_min``,
-``n_predict``, ``cache_prompt`` and ``id_slot``.
+``n_predict``, ``cache_prompt``, ``id_slot`` and (``/completion``) ``return_tokens``.
 """
 
 from __future__ import annotations
@@ -132,6 +132,10 @@ def check_request(body: dict, kind: str) -> None:
         if key in body and not _neutral(body[key], neutral):
             raise ApiError(400, f"{key} is not supported by localspec serve", param=key)
     for key, neutral in _LLAMA_OFF.items():
+        if key == "return_tokens" and kind == "completion":
+            if not isinstance(body[key] if key in body else False, bool):
+                raise ApiError(400, "return_tokens must be true or false", param=key)
+            continue                        # (/completion's answer carries the ids when asked)
         if key in body and not _neutral(body[key], neutral):
             raise ApiError(400, f"{key} is not supported by localspec serve (only its off value, "
                                 f"{neutral[1]!r})", param=key)
@@ -170,13 +174,25 @@ def _check_samplers(samplers: object) -> None:
                             "(turn one off with its own field, e.g. top_k 0)", param="samplers")
 
 
+def id_slot(body: dict, slots: int) -> int:
+    """llama-server's ``id_slot``: the slot (0 to ``slots`` - 1) that generates the answer, the
+    request waiting while it is busy; -1 (the default): any free slot.
+
+    Raises:
+        ApiError: not an integer, or no such slot (400).
+    """
+    slot = body.get("id_slot")
+    if slot is None:
+        return -1
+    if isinstance(slot, bool) or not isinstance(slot, int) or not -1 <= slot < slots:
+        which = "this server has one slot" if slots == 1 else f"this server has slots 0 to {slots - 1}"
+        raise ApiError(400, f"id_slot must be -1 or a slot: {which} (got {slot!r})", param="id_slot")
+    return slot
+
+
 def cache_prompt(body: dict) -> bool:
     """llama-server's ``cache_prompt`` (true by default: reuse the previous request's cached
-    prefix; false: decode the whole prompt) after checking ``id_slot`` (one slot here: 0, or
-    -1 for any)."""
-    slot = body.get("id_slot")
-    if slot is not None and (isinstance(slot, bool) or slot not in (-1, 0)):
-        raise ApiError(400, f"id_slot must be 0 or -1: this server has one slot (got {slot!r})", param="id_slot")
+    prefix; false: decode the whole prompt)."""
     value = body.get("cache_prompt")
     if value is None:
         return True
