@@ -112,6 +112,7 @@ def test_prompt_longer_than_context(tiny_target):
 
 def test_drafter_choice_errors(tiny_target, tiny_draft):
     assert_one_line_error(run_cli("run", "-m", str(tiny_target), "-p", "hi"), 2, "no drafter")
+    assert_one_line_error(run_cli("run", "-m", "no-such-model", "-p", "hi"), 2, "no such file or local model")
     assert_one_line_error(run_cli("run", "-m", str(tiny_target), "-d", str(tiny_draft), "--ngram", "-p", "hi"),
                           2, "choose one")
     assert_one_line_error(run_cli("run", "-m", str(tiny_target), "--no-draft"), 2, "no prompt")

@@ -77,17 +77,21 @@ def _register() -> None:
         importlib.import_module(f"{__package__}.{module}")
 
 
+def _one_line(message: str) -> str:
+    """Click's message on one line (its lists of choices come on lines and tabs of their own)."""
+    return " ".join(message.split())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI, turning every error into one line on stderr."""
     try:
         rc = cli.main(args=argv, prog_name="localspec", standalone_mode=False)
     except click.UsageError as exc:
-        msg = exc.format_message().replace("\n", " ")
-        _fail(msg, 2)
+        _fail(_one_line(exc.format_message()), 2)
     except click.exceptions.Abort:
         _fail("interrupted", 130)
     except click.ClickException as exc:
-        _fail(exc.format_message().replace("\n", " "), exc.exit_code or 1)
+        _fail(_one_line(exc.format_message()), exc.exit_code or 1)
     except LocalspecError as exc:
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:

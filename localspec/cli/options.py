@@ -335,6 +335,7 @@ def resolve_pair(opts: dict) -> Pair:
     if not target:
         raise BadInput("no target model: give MODEL (or -m MODEL.gguf, or --demo)")
     if drafter is None:
+        resolve_model(target, "target")   # (a target that is not there says so first)
         raise BadInput("no drafter: give a draft model with -d DRAFT, or --ngram, or --no-draft")
     if drafter is DrafterKind.MTP:
         return mtp_pair(resolve_model(target, "target"), draft)
