@@ -36,7 +36,7 @@ from ..errors import BadInput, ContextOverflow, LocalspecError
 from .backend import Context
 from .drafters import NgramDrafter, common_prefix, pick
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
-from .outputs import LogitRows
+from .outputs import LogitRows, token_logprobs
 from .policy.batch import BatchGuard
 from .sampling import Dist, speculative_accept
 from .spec import DrafterKind, RunSpec
@@ -214,11 +214,13 @@ class Generation:
     def finished(self) -> bool:
         return self.done is not None or self.error is not None
 
-    def emit(self, new: list[int], origins: list[Origin]) -> int:
-        """Put a Token for each new token until one ends the generation; return how many."""
+    def emit(self, new: list[int], origins: list[Origin], rows: np.ndarray | None = None) -> int:
+        """Put a Token for each new token until one ends the generation; return how many.
+        ``rows``: the target's logits for them, read for their log-probabilities when the spec
+        asks for them."""
         emitted = 0
-        model, put = self._model, self._put
-        for tok, origin in zip(new, origins):
+        model, put, n_lp = self._model, self._put, self.spec.logprobs
+        for i, (tok, origin) in enumerate(zip(new, origins)):
             if model.is_eog(tok):
                 self.reason = StopReason.EOG
                 break
@@ -228,7 +230,8 @@ class Generation:
             piece = self.text.push(model.piece(tok))
             if len(self.generated) == 1:
                 self.stats.first_token(time.perf_counter() - self.t_start)
-            put(Token(tok, piece, origin))
+            put(Token(tok, piece, origin) if n_lp is None or rows is None
+                else Token(tok, piece, origin, *token_logprobs(rows[i], tok, n_lp)))
             if self.text.stopped:
                 self.reason = StopReason.STOP_STRING
                 break
@@ -400,7 +403,7 @@ class BatchRunner:
                 g._put(PromptProcessed(len(g.prompt), n_cached, t_gen - t0))
                 t1 = time.perf_counter()
                 first = int(x[0].argmax()) if g.greedy else LogitRows(x).dist(0, g.sampling).sample(g.rng)
-                emitted = g.emit([first], [Origin.TARGET])
+                emitted = g.emit([first], [Origin.TARGET], x)
                 step = Step(0, 0, 0, 0, emitted, 0.0, time.perf_counter() - t1, g.policy.drafting, verify_batch=0)
                 g.stats.step(step)
                 g._put(step)
@@ -555,9 +558,9 @@ class BatchRunner:
                 a, nxt = speculative_accept(toks, q, p_at, self.model.n_vocab, g.rng)
             if n:
                 tgt.truncate(g.slot, len(g.tokens) + a)
-                emitted = g.emit(toks[:a] + [nxt], [Origin.DRAFT] * a + [Origin.BONUS if a == n else Origin.TARGET])
+                emitted = g.emit(toks[:a] + [nxt], [Origin.DRAFT] * a + [Origin.BONUS if a == n else Origin.TARGET], x)
             else:      # a plain step: its sequence holds exactly the slot's tokens
-                emitted = g.emit([nxt], _PLAIN)
+                emitted = g.emit([nxt], _PLAIN, x)
             emitted_all += emitted
             any_drafted = any_drafted or n > 0
             ds = t_draft if steps else 0.0

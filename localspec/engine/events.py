@@ -37,6 +37,10 @@ class Token:
     id: int
     text: str            # text released by this token (may be "" while a stop string is pending)
     origin: Origin
+    # With RunSpec.logprobs: the target's log-probability of this token (its logits' log-softmax,
+    # before any sampling setting), and its most likely tokens' as (id, logprob), best first.
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from .backend import Context, Rollback
 from .drafters import Draft, Drafter, ModelDrafter, NoDrafter, common_prefix
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
 from .grammar import Grammar
-from .outputs import chain_for
+from .outputs import chain_for, token_logprobs
 from .policy import Policy
 from .sampling import Dist, speculative_accept
 from .spec import RunSpec
@@ -95,7 +95,10 @@ class Generator:
         for part in (drafter, getattr(drafter, "model", None), *getattr(drafter, "drafts", {}).values()):
             if isinstance(part, ModelDrafter):
                 part.grammar = grammar
-        tgt.sample_on_device(None if grammar is not None else chain_for(sampling, confidence=False))
+        # Log-probabilities too: the target's full rows, never a device sampler's choice alone.
+        n_lp = spec.logprobs
+        full = grammar is not None or n_lp is not None
+        tgt.sample_on_device(None if full else chain_for(sampling, confidence=False))
         rollback_before = _rollback_snapshot(tgt, drafter)
         alongside = self.read_alongside and (sampling.greedy or sampling.seed is None)
         read_started = alongside and policy.may_draft and policy.drafting and drafter.read_alongside(prompt)
@@ -121,7 +124,8 @@ class Generator:
             else:
                 first = first_rows.argmax(0) if sampling.greedy else first_rows.dist(0, sampling).sample(rng)
             t_first = time.perf_counter() - t0
-            emitted = yield from out.emit([first], [Origin.TARGET])
+            lps = None if n_lp is None else [token_logprobs(first_rows.x[0], first, n_lp)]
+            emitted = yield from out.emit([first], [Origin.TARGET], lps)
             step = Step(0, 0, 0, 0, emitted, 0.0, t_first, policy.drafting, verify_batch=0)
             stats.step(step)
             yield step   # a round of its own, not one the policy chose: it does not observe it
@@ -208,6 +212,9 @@ class Generator:
 
                 q = d.dists if d.dists is not None else [Dist.onehot(t) for t in drafts]
                 a, nxt = speculative_accept(drafts, q, p_at, n_vocab, rng)
+            new = drafts[:a] + [nxt]
+            # (read before a re-decode below overwrites the rows)
+            lps = None if n_lp is None else [token_logprobs(rows.x[i], t, n_lp) for i, t in enumerate(new)]
             keep = len(tokens) + a
             kept = tgt.truncate(keep)          # drop the rejected draft positions
             if kept < keep:
@@ -220,9 +227,8 @@ class Generator:
             t_verify = time.perf_counter() - t0
 
             # -- emit ---------------------------------------------------------------
-            new = drafts[:a] + [nxt]
             origins = [Origin.DRAFT] * a + [Origin.BONUS if (n and a == n) else Origin.TARGET]
-            emitted = yield from out.emit(new, origins)
+            emitted = yield from out.emit(new, origins, lps)
 
             step = Step(step_index, k, n, a, emitted, d.seconds, t_verify, d.steps > 0 or drafting,
                         draft_steps=d.steps, verify_batch=n + 1, probe=probe, sync_tokens=d.sync_tokens,
@@ -278,11 +284,11 @@ class _Output:
         self._stats = stats
         self._t_start = t_start
 
-    def emit(self, new: list[int], origins: list[Origin]) -> Iterator[Event]:
-        """Yield a Token for each new token until one stops the generation; return how
-        many were emitted."""
+    def emit(self, new: list[int], origins: list[Origin], lps: list | None = None) -> Iterator[Event]:
+        """Yield a Token for each new token (with its ``lps`` entry, (logprob, top), if given)
+        until one stops the generation; return how many were emitted."""
         emitted = 0
-        for tok, origin in zip(new, origins):
+        for i, (tok, origin) in enumerate(zip(new, origins)):
             if self._model.is_eog(tok):
                 self.reason = StopReason.EOG
                 break
@@ -292,7 +298,7 @@ class _Output:
             piece = self.text.push(self._model.piece(tok))
             if len(self.generated) == 1:
                 self._stats.first_token(time.perf_counter() - self._t_start)
-            yield Token(tok, piece, origin)
+            yield Token(tok, piece, origin) if lps is None else Token(tok, piece, origin, *lps[i])
             if self.text.stopped:
                 self.reason = StopReason.STOP_STRING
                 break

@@ -93,6 +93,20 @@ def draft_settings(cfg: SamplingConfig, on_device: bool) -> SamplingConfig:
     return cfg
 
 
+def token_logprobs(row: np.ndarray, token: int, n: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """The log-probability of ``token`` under one row of logits (its log-softmax: the model's
+    own distribution, before temperature or truncation), and the ``n`` most likely tokens' as
+    (id, logprob), best first."""
+    x = row.astype(np.float64)
+    top = x.max()
+    norm = top + np.log(np.exp(x - top).sum())
+    if n <= 0:
+        return float(x[token] - norm), ()
+    ids = np.argpartition(-x, n - 1)[:n] if n < len(x) else np.arange(len(x))
+    ids = ids[np.argsort(-x[ids], kind="stable")]
+    return float(x[token] - norm), tuple((int(i), float(x[i] - norm)) for i in ids)
+
+
 class LogitRows:
     """Full rows of logits (a numpy view of llama.cpp's buffer, valid until the next decode)."""
 

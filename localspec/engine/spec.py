@@ -16,6 +16,7 @@ from enum import Enum
 from ..errors import BadInput
 from .sampling_config import SamplingConfig
 
+LOGPROBS_MAX = 20        # most alternatives a token's log-probabilities come with (OpenAI's top_logprobs limit)
 CASCADE_THRESHOLD = 0.8   # a cascade's default mean token probability (calibrate: `localspec tune --cascade`)
 
 
@@ -82,6 +83,9 @@ class RunSpec:
     # Not lossless, opt-in: the draft model answers alone and its answer is returned when its
     # mean token probability is at least this (engine/cascade.py); None: off.
     cascade: float | None = None
+    # Each emitted token with the target's log-probability of it and of its this many most
+    # likely tokens (Token.logprob, Token.top): full rows of logits are read; None: off.
+    logprobs: int | None = None
 
     def __post_init__(self):
         # Accept plain strings and lists from callers; the spec itself stays immutable.
@@ -109,6 +113,12 @@ class RunSpec:
             raise SpecError("stop", "strings must not be empty")
         if self.cascade is not None and not (_finite(self.cascade) and 0.0 < self.cascade <= 1.0):
             raise SpecError("cascade", f"must be a confidence in (0, 1] (got {self.cascade})")
+        if self.logprobs is not None:
+            _int_at_least("logprobs", self.logprobs, 0)
+            if self.logprobs > LOGPROBS_MAX:
+                raise SpecError("logprobs", f"must be at most {LOGPROBS_MAX} (got {self.logprobs})")
+            if self.cascade is not None:
+                raise SpecError("logprobs", "cannot come with a cascade (its answer may be the draft's)")
         if self.grammar is not None and not (isinstance(self.grammar, str) and self.grammar.strip()):
             raise SpecError("grammar", "must be GBNF text (got an empty or non-text value)")
         s = self.sampling
