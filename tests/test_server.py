@@ -224,7 +224,7 @@ def test_api_key(tiny_target):
     ({"prompt": "hi", "speculative": {"drafter": "magic"}}, 400, "speculative.drafter", "must be one of"),
     ({"prompt": "hi", "speculative": {"turbo": True}}, 400, "speculative.turbo", "not a speculation setting"),
     ({"prompt": "hi", "speculative": {"enabled": "yes"}}, 400, "speculative.enabled", "true or false"),
-    ({"prompt": "hi", "logprobs": 3}, 400, "logprobs", "not supported"),
+    ({"prompt": "hi", "logprobs": 30}, 400, "logprobs", "from 0 to 20"),
     ({"prompt": ["a", "b"]}, 400, "prompt", "one prompt"),
     ({"prompt": 5}, 400, "prompt", "string or a list of token ids"),
     ({"prompt": [1, 10**9]}, 400, "prompt", "token ids must be in"),

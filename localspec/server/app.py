@@ -31,7 +31,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..engine import Done, Engine, RunSpec, StopReason
+from ..engine import Done, Engine, RunSpec, StopReason, Token
 from ..engine.template import chat_tokens
 from ..errors import LocalspecError
 from . import llama, tools, translate
@@ -266,12 +266,16 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
             raise _unknown_model(name, ctx.model_id)
         plan = tools.plan(body, ctx.engine.target_model.chat_template(), chat=kind == "chat")
         prompt = _prompt(ctx, body, kind, plan)
-        spec = translate.run_spec(body, ctx.base, len(prompt), ctx.engine.target_ctx.n_ctx, ctx.engine.drafters)
+        n_logprobs = translate.logprobs(body, kind)
+        if n_logprobs is not None and plan.calls is not None:
+            raise ApiError(400, "logprobs do not come with tools here: leave one out", param="logprobs")
+        spec = translate.run_spec(body, ctx.base, len(prompt), ctx.engine.target_ctx.n_ctx, ctx.engine.drafters,
+                                  n_logprobs)
         spec = tools.constrain(spec, plan, ctx.engine.target_model)
         stream = bool(body.get("stream"))
         job = Job(kind, prompt, spec, Channel(asyncio.get_running_loop()), stream=stream,
                   cache_prompt=translate.cache_prompt(body), slot=translate.id_slot(body, ctx.engine.parallel),
-                  ids=kind == "completion")
+                  tokens=(stream and kind == "completion") or n_logprobs is not None)
         ctx.scheduler.submit(job)
     except ApiError as err:
         return ctx.refused(kind, err)
@@ -279,7 +283,8 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
         shape = llama.Native(ctx.engine, spec, ctx.model_id, translate.completion_prompt(body),
                              translate.n_predict(body), job, bool(body.get("return_tokens")))
     else:
-        shape = Shape(kind, job.id, ctx.model_id, translate.include_usage(body))
+        shape = Shape(kind, job.id, ctx.model_id, translate.include_usage(body),
+                      ctx.engine.target_model if n_logprobs is not None else None)
         if plan.calls is not None:
             shape = tools.CallShape(shape, plan.calls)
     if stream:
@@ -295,22 +300,33 @@ def _shutdown_error(done: Done) -> ApiError:
 
 async def _whole(ctx: ServerContext, request: Request, job: Job, shape) -> Response:
     """Wait for the answer, cancelling the job if the client goes away first."""
-    result = asyncio.ensure_future(job.channel.get())
+    result = asyncio.ensure_future(_collect(job))
     gone = asyncio.ensure_future(_disconnect(request))
     try:
         await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
         if not result.done():
             ctx.scheduler.cancel(job, "cancelled")
             return Response(status_code=499)   # nobody is listening
-        item = result.result()[-1]
+        tokens, item = result.result()
         if isinstance(item, ApiError):
             return item.response()
         if item.stop_reason is StopReason.CANCELLED and job.cancel_reason == "shutdown":
             return _shutdown_error(item).response()
-        return JSONResponse(shape.whole(item))
+        return JSONResponse(shape.whole(item, tokens))
     finally:
         for task in (result, gone):
             task.cancel()
+
+
+async def _collect(job: Job) -> tuple[list[Token], object]:
+    """The job's Token events (when it sends them) and its last item (a Done or an ApiError)."""
+    tokens: list[Token] = []
+    while True:
+        items = await job.channel.get()
+        if type(items[-1]) is not Token:
+            tokens.extend(items[:-1])
+            return tokens, items[-1]
+        tokens.extend(items)
 
 
 async def _disconnect(request: Request) -> None:
@@ -331,7 +347,7 @@ async def _stream(ctx: ServerContext, job: Job, shape):
     try:
         for event in shape.head():
             yield event
-        ids: list[int] = []    # (/completion's) token ids of the text not yet sent
+        tokens: list[Token] = []    # the tokens of the text not yet sent (when the job sends them)
         while True:
             texts: list[str] = []
             for item in await job.channel.get():
@@ -339,12 +355,12 @@ async def _stream(ctx: ServerContext, job: Job, shape):
                 if kind is str:
                     texts.append(item)
                     continue
-                if kind is tuple:
-                    texts.append(item[0])
-                    ids.append(item[1])
+                if kind is Token:
+                    texts.append(item.text)
+                    tokens.append(item)
                     continue
                 if "".join(texts):
-                    yield shape.piece("".join(texts), ids)
+                    yield shape.piece("".join(texts), tokens)
                 finished = True
                 if isinstance(item, ApiError):
                     yield sse(item.body())
@@ -357,9 +373,9 @@ async def _stream(ctx: ServerContext, job: Job, shape):
                     yield shape.end
                 return
             text = "".join(texts)
-            if text:              # (ids whose text is held back go with the text that follows)
-                yield shape.piece(text, ids)
-                ids = []
+            if text:              # (tokens whose text is held back go with the text that follows)
+                yield shape.piece(text, tokens)
+                tokens = []
     finally:
         if not finished:
             ctx.scheduler.cancel(job, "cancelled")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .. import __version__
 from ..engine import Done, Engine, RunSpec, StopReason
 from .errors import ApiError
-from .responses import sse, timings
+from .responses import released, sse, timings, token_text
 
 # llama.cpp's "no seed given" (LLAMA_DEFAULT_SEED)
 DEFAULT_SEED = 0xFFFFFFFF
@@ -151,13 +151,26 @@ class Native:
     is ``{"content", "tokens", "stop": false}`` (the event's text and its token ids) and the last
     carries the rest (llama-server sends no ``[DONE]``). ``id_slot`` is the slot that generated it
     (``job.slot_used``); ``tokens`` of a whole answer are every generated id when
-    ``return_tokens``, as llama-server's."""
+    ``return_tokens``, as llama-server's. With ``n_probs`` (``spec.logprobs``) each event, and a
+    whole answer, carry ``completion_probabilities``: per token its id, text, bytes, logprob and
+    ``top_logprobs``."""
 
     def __init__(self, engine: Engine, spec: RunSpec, model_id: str, prompt: str | list[int], n_predict: int,
                  job=None, return_tokens: bool = False):
         self.engine, self.spec, self.model_id, self.n_predict = engine, spec, model_id, n_predict
         self.prompt = prompt if isinstance(prompt, str) else engine.target_model.detokenize(list(prompt))
         self.job, self.return_tokens = job, return_tokens
+
+    def _probs(self, tokens) -> dict:
+        if self.spec.logprobs is None:
+            return {}
+        vocab = self.engine.target_model
+
+        def entry(i: int, lp: float) -> dict:
+            text, raw = token_text(vocab, i)
+            return {"id": i, "token": text, "bytes": raw, "logprob": lp}
+        return {"completion_probabilities": [
+            entry(t.id, t.logprob) | {"top_logprobs": [entry(i, lp) for i, lp in t.top]} for t in tokens]}
 
     @property
     def slot(self) -> int:
@@ -168,14 +181,15 @@ class Native:
     def head(self) -> list[bytes]:
         return []
 
-    def piece(self, text: str, ids=()) -> bytes:
-        return sse({"index": 0, "content": text, "tokens": list(ids), "stop": False, "id_slot": self.slot})
+    def piece(self, text: str, tokens=()) -> bytes:
+        return sse({"index": 0, "content": text, "tokens": [t.id for t in tokens], "stop": False,
+                    "id_slot": self.slot} | self._probs(tokens))
 
     def tail(self, done: Done) -> list[bytes]:
         return [sse(self.final(done, streamed=True))]
 
-    def whole(self, done: Done) -> dict:
-        return self.final(done)
+    def whole(self, done: Done, tokens=()) -> dict:
+        return self.final(done) | self._probs(released(tokens, done))
 
     def final(self, done: Done, *, streamed: bool = False) -> dict:
         """The whole answer, or (``streamed``) the last event: the same fields, no text."""

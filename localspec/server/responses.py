@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 
-from ..engine import Done, StopReason, Summary
+from ..engine import Done, StopReason, Summary, Token
 
 _FINISH = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopReason.MAX_TOKENS: "length",
            StopReason.CONTEXT_FULL: "length", StopReason.CANCELLED: "stop"}
@@ -59,34 +59,72 @@ def timings(s: Summary) -> dict:
     }
 
 
-class Shape:
-    """One request's response shape: chat (``chat.completion``) or text (``text_completion``)."""
+def released(tokens: list[Token], done: Done) -> list[Token]:
+    """The tokens whose text the answer holds: at a stop string, not the ones whose text it cut."""
+    if done.stop_reason is StopReason.STOP_STRING:
+        while tokens and not tokens[-1].text:
+            tokens = tokens[:-1]
+    return tokens
 
-    def __init__(self, kind: str, request_id: str, model: str, include_usage: bool = False):
+
+def token_text(vocab, token: int) -> tuple[str, list[int]]:
+    """A token's text and its bytes (a token may hold part of a character)."""
+    raw = vocab.piece(token)
+    return raw.decode("utf-8", errors="replace"), list(raw)
+
+
+class Shape:
+    """One request's response shape: chat (``chat.completion``) or text (``text_completion``),
+    with OpenAI's ``logprobs`` when ``vocab`` (the target model, whose token texts they name)
+    is given: chat's ``{"content": [{token, logprob, bytes, top_logprobs}]}``, text
+    completion's ``{tokens, token_logprobs, top_logprobs, text_offset}``."""
+
+    def __init__(self, kind: str, request_id: str, model: str, include_usage: bool = False, vocab=None):
         self.chat = kind == "chat"
         self.id = ("chatcmpl-" if self.chat else "cmpl-") + request_id
         self.model = model
         self.include_usage = include_usage
         self.created = int(time.time())
+        self.vocab = vocab
+        self._offset = 0      # text completion: where the next streamed token's text starts
+
+    def logprobs(self, tokens: list[Token]) -> dict | None:
+        """``logprobs`` for these tokens (None when not asked for)."""
+        if self.vocab is None:
+            return None
+        if self.chat:
+            def entry(i: int, lp: float) -> dict:
+                text, raw = token_text(self.vocab, i)
+                return {"token": text, "logprob": lp, "bytes": raw}
+            return {"content": [entry(t.id, t.logprob) | {"top_logprobs": [entry(i, lp) for i, lp in t.top]}
+                                for t in tokens], "refusal": None}
+        texts = [token_text(self.vocab, t.id)[0] for t in tokens]
+        offsets = []
+        for text in texts:
+            offsets.append(self._offset)
+            self._offset += len(text)
+        return {"tokens": texts, "token_logprobs": [t.logprob for t in tokens],
+                "top_logprobs": [{token_text(self.vocab, i)[0]: lp for i, lp in t.top} for t in tokens],
+                "text_offset": offsets}
 
     def _base(self, obj: str) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
                 "system_fingerprint": "localspec"}
 
-    def complete(self, text: str, reason: StopReason, s: Summary) -> dict:
+    def complete(self, text: str, reason: StopReason, s: Summary, logprobs: dict | None = None) -> dict:
         """The whole answer (non-streaming)."""
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "logprobs": None, "finish_reason": finish_reason(reason)}
+                      "logprobs": logprobs, "finish_reason": finish_reason(reason)}
             out = self._base("chat.completion")
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason(reason)}
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason(reason)}
             out = self._base("text_completion")
         return out | {"choices": [choice], "usage": usage(s), "timings": timings(s)} | answered_by(s)
 
     # -- streaming ----------------------------------------------------------------------
     def chunk(self, text: str | None = None, *, role: bool = False, reason: StopReason | None = None,
-              s: Summary | None = None) -> bytes:
+              s: Summary | None = None, logprobs: dict | None = None) -> bytes:
         """One server-sent event: a piece of text, the opening role, or the closing chunk
         (finish_reason and timings)."""
         fr = finish_reason(reason) if reason is not None else None
@@ -95,10 +133,10 @@ class Shape:
             if text:
                 delta["content"] = text
             out = self._base("chat.completion.chunk") | {
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": fr}]}
+                "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": fr}]}
         else:
             out = self._base("text_completion") | {
-                "choices": [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": fr}]}
+                "choices": [{"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": fr}]}
         if self.include_usage:
             out["usage"] = None
         if s is not None:
@@ -116,8 +154,9 @@ class Shape:
         """The events before any text: the assistant's role (chat)."""
         return [self.chunk(role=True)] if self.chat else []
 
-    def piece(self, text: str, ids=()) -> bytes:
-        return self.chunk(text)
+    def piece(self, text: str, tokens: list[Token] = ()) -> bytes:
+        """A piece of text, with its tokens' log-probabilities when asked for."""
+        return self.chunk(text, logprobs=self.logprobs(tokens))
 
     def tail(self, done: Done) -> list[bytes]:
         """The closing chunk, and the usage chunk when asked for."""
@@ -126,8 +165,8 @@ class Shape:
             out.append(self.usage_chunk(done.summary))
         return out
 
-    def whole(self, done: Done) -> dict:
-        return self.complete(done.text, done.stop_reason, done.summary)
+    def whole(self, done: Done, tokens: list[Token] = ()) -> dict:
+        return self.complete(done.text, done.stop_reason, done.summary, self.logprobs(released(tokens, done)))
 
     def usage_chunk(self, s: Summary) -> bytes:
         """OpenAI's ``stream_options.include_usage`` chunk: no choices, the usage (and the

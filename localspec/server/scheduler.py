@@ -78,7 +78,7 @@ class Job:
     stream: bool = True             # False: only the final Done is sent back
     cache_prompt: bool = True       # False: the cached prefix is dropped first (llama-server's field)
     slot: int = -1                  # the slot asked for (llama-server's id_slot; -1: any)
-    ids: bool = False               # streamed: each piece with its token ids, as (text, id) pairs
+    tokens: bool = False            # the Token events go to the channel (their ids, log-probabilities)
     slot_used: int = 0              # the slot that generates it (set when it starts)
     id: str = field(default_factory=lambda: f"{next(_ids):06d}")
     arrived: float = field(default_factory=time.perf_counter)
@@ -217,7 +217,7 @@ class Scheduler:
         m.queue_wait.observe(time.perf_counter() - job.arrived)
         live.start(job.id, job.endpoint, job.spec.drafter.value)
         m.busy.set(1)
-        done, ttft, stream, ids = None, 0.0, job.stream, job.stream and job.ids
+        done, ttft, stream, tokens = None, 0.0, job.stream, job.tokens
         try:
             if not job.cache_prompt:
                 self.engine.reset()
@@ -229,8 +229,8 @@ class Scheduler:
                         first = False
                         ttft = time.perf_counter() - job.arrived
                         m.ttft.observe(ttft)
-                    if ids:
-                        put((ev.text, ev.id))
+                    if tokens:
+                        put(ev)
                     elif stream and ev.text:
                         put(ev.text)
                 elif kind is Step:
@@ -333,7 +333,7 @@ class Scheduler:
             self._refused(job, _shutdown(), job.cancel_reason or "cancelled")
             return
         m, live, put, stream = self.metrics, self.live, job.channel.put, job.stream
-        ids = stream and job.ids
+        tokens = job.tokens
         m.queue_wait.observe(time.perf_counter() - job.arrived)
         state = {"first": True, "ttft": 0.0, "slot": 0}
 
@@ -344,8 +344,8 @@ class Scheduler:
                     state["first"] = False
                     state["ttft"] = time.perf_counter() - job.arrived
                     m.ttft.observe(state["ttft"])
-                if ids:
-                    put((ev.text, ev.id))
+                if tokens:
+                    put(ev)
                 elif stream and ev.text:
                     put(ev.text)
             elif kind is Step:

@@ -672,7 +672,7 @@ class CallShape:
     def head(self) -> list[bytes]:
         return self.shape.head()
 
-    def piece(self, text: str, ids=()) -> bytes:
+    def piece(self, text: str, tokens=()) -> bytes:
         return self._events(self._stream.feed(text))
 
     def tail(self, done) -> list[bytes]:
@@ -682,7 +682,7 @@ class CallShape:
             closing[0] = _with_finish(closing[0], "tool_calls")
         return [b for b in out + closing if b]
 
-    def whole(self, done) -> dict:
+    def whole(self, done, tokens=()) -> dict:
         answer = self.shape.whole(done)
         content, calls = self.reader.parse(done.text)
         for c in calls:

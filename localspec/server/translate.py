@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 
 from ..engine import DrafterKind, RunSpec, SpecError
+from ..engine.spec import LOGPROBS_MAX
 from ..errors import LocalspecError
 from .errors import ApiError
 
@@ -37,8 +38,7 @@ JSON_NAMES = {name: name for name in SAMPLING} | {
     "p_min": "speculative.p_min"}
 
 # OpenAI options we do not implement: refused when set to anything but their neutral value.
-_UNSUPPORTED = {"logprobs": (None, False), "top_logprobs": (None, 0),
-                "functions": (None, []), "echo": (None, False),
+_UNSUPPORTED = {"functions": (None, []), "echo": (None, False),
                 "best_of": (None, 1), "suffix": (None, ""), "presence_penalty": (None, 0, 0.0),
                 "frequency_penalty": (None, 0, 0.0), "logit_bias": (None, {}, [])}
 
@@ -46,7 +46,7 @@ _UNSUPPORTED = {"logprobs": (None, False), "top_logprobs": (None, 0),
 # (llama.cpp's default), refused otherwise.
 _LLAMA_OFF = {"typical_p": (None, 1, 1.0), "typ_p": (None, 1, 1.0), "repeat_penalty": (None, 1, 1.0),
               "dynatemp_range": (None, 0, 0.0), "xtc_probability": (None, 0, 0.0), "dry_multiplier": (None, 0, 0.0),
-              "mirostat": (None, 0), "top_n_sigma": (None, -1, -1.0), "n_probs": (None, 0), "min_keep": (None, 0),
+              "mirostat": (None, 0), "top_n_sigma": (None, -1, -1.0), "min_keep": (None, 0),
               "ignore_eos": (None, False), "timings_per_token": (None, False), "post_sampling_probs": (None, False),
               "return_tokens": (None, False), "lora": (None, []),
               "backend_sampling": (None, False), "reasoning_format": (None, "none")}
@@ -61,7 +61,7 @@ _LLAMA_TUNING = {"dynatemp_exponent": "dynatemp_range", "xtc_threshold": "xtc_pr
 _HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "localspec", "max_tokens",
              "max_completion_tokens", "n_predict", "cache_prompt", "id_slot", "samplers", "user",
              "parallel_tool_calls", "response_format", "tools", "tool_choice", "grammar", "json_schema",
-             *SAMPLING}
+             "logprobs", "top_logprobs", "n_probs", *SAMPLING}
 
 # The prompt's field of each endpoint ("completion" is llama-server's native /completion).
 PROMPT_FIELD = {"chat": "messages", "completions": "prompt", "completion": "prompt"}
@@ -174,6 +174,41 @@ def _check_samplers(samplers: object) -> None:
                             "(turn one off with its own field, e.g. top_k 0)", param="samplers")
 
 
+def logprobs(body: dict, kind: str) -> int | None:
+    """How many most likely tokens each answer token comes with, its own log-probability
+    included (None: no log-probabilities): chat's ``logprobs: true`` with ``top_logprobs``
+    (0 to 20), text completion's ``logprobs: N``, llama-server's ``n_probs: N`` (0: none).
+    Each endpoint takes its own fields only.
+
+    Raises:
+        ApiError: a field of another endpoint, or a value out of range (400).
+    """
+    own = {"chat": ("logprobs", "top_logprobs"), "completions": ("logprobs",), "completion": ("n_probs",)}[kind]
+    for key in ("logprobs", "top_logprobs", "n_probs"):
+        if key not in own and body.get(key) not in (None, False, 0):
+            where = {"logprobs": "the OpenAI endpoints'", "top_logprobs": "chat's", "n_probs": "/completion's"}[key]
+            raise ApiError(400, f"{key} is {where} field; this endpoint takes {' and '.join(own)}", param=key)
+
+    def count(key: str) -> int | None:
+        value = body.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= LOGPROBS_MAX:
+            raise ApiError(400, f"{key} must be a whole number from 0 to {LOGPROBS_MAX} (got {value!r})", param=key)
+        return value
+
+    if kind == "completion":
+        return count("n_probs") or None
+    if kind == "completions":
+        return count("logprobs")
+    wanted, top = body.get("logprobs"), count("top_logprobs")
+    if wanted is not None and not isinstance(wanted, bool):
+        raise ApiError(400, "logprobs must be true or false", param="logprobs")
+    if top is not None and not wanted:
+        raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
+    return (top or 0) if wanted else None
+
+
 def id_slot(body: dict, slots: int) -> int:
     """llama-server's ``id_slot``: the slot (0 to ``slots`` - 1) that generates the answer, the
     request waiting while it is busy; -1 (the default): any free slot.
@@ -207,8 +242,10 @@ def include_usage(body: dict) -> bool:
     return bool(isinstance(opts, dict) and opts.get("include_usage"))
 
 
-def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tuple[DrafterKind, ...]) -> RunSpec:
-    """The RunSpec a request asks for: the server's defaults with the request's values on top.
+def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tuple[DrafterKind, ...],
+             n_logprobs: int | None = None) -> RunSpec:
+    """The RunSpec a request asks for: the server's defaults with the request's values on top
+    (``n_logprobs``: what :func:`logprobs` read).
 
     Without max_tokens the answer may fill the context (as with OpenAI and llama-server).
     """
@@ -228,6 +265,9 @@ def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tup
     values.update(spec_values)
     values.update(_localspec_fields(body.get("localspec"), drafters))
     names.setdefault("cascade", "localspec.cascade")
+    if n_logprobs is not None:
+        values["logprobs"] = n_logprobs
+        names["logprobs"] = "logprobs"
     try:
         spec = base.with_(**values)
         return spec.validate()
