@@ -188,6 +188,19 @@ def test_id_slot_picks_the_slot_and_a_busy_one_is_waited_for(smol):
     assert_error(status, body, 400, "id_slot", "slots 0 to 2")
 
 
+def test_a_slot_answers_with_log_probabilities(smol):
+    body = {"prompt": PROMPTS[0], "n_predict": 12, "temperature": 0, "n_probs": 1}
+    status, _, out = request(smol, "POST", "/completion", body)
+    assert status == 200 and len(out["completion_probabilities"]) == out["tokens_predicted"] == 12
+    assert [p["id"] for p in out["completion_probabilities"]] == [
+        p["top_logprobs"][0]["id"] for p in out["completion_probabilities"]]   # greedy: the best each time
+    c = client(smol)
+    r = c.completions.create(model="m", prompt=PROMPTS[0], temperature=0, max_tokens=12, logprobs=0)
+    assert "".join(r.choices[0].logprobs.tokens) == r.choices[0].text == out["content"]
+    assert r.choices[0].logprobs.token_logprobs == pytest.approx(
+        [p["logprob"] for p in out["completion_probabilities"]], abs=0.05)
+
+
 def test_the_headless_runner_starts_a_generation_in_the_slot_asked_for(tiny_target):
     from localspec.engine.batch import SlotsFull
     from localspec.errors import BadInput
