@@ -105,15 +105,16 @@ def token_logprobs(row: np.ndarray, token: int, n: int) -> tuple[float, tuple[tu
     np.exp(work, out=work)
     norm = top + math.log(float(work.sum(dtype=np.float64)))
     if n <= 0:
-        return float(row[token]) - norm, ()
+        return max(float(row[token]) - norm, _FLOOR), ()
     ids = np.flatnonzero(row >= top - _NEAR)
     if len(ids) < n:
         ids = np.argpartition(row, len(row) - n)[len(row) - n:] if n < len(row) else np.arange(len(row))
     ids = ids[np.argsort(-row[ids], kind="stable")][:n]
-    return float(row[token]) - norm, tuple((int(i), float(row[i]) - norm) for i in ids)
+    return max(float(row[token]) - norm, _FLOOR), tuple((int(i), max(float(row[i]) - norm, _FLOOR)) for i in ids)
 
 
-_NEAR = 8.0   # logits this close to the best are searched first for the top tokens
+_NEAR = 8.0       # logits this close to the best are searched first for the top tokens
+_FLOOR = -9999.0  # a token the model rules out (a -inf logit): OpenAI's figure for it, JSON has no -inf
 
 
 class LogitRows:
