@@ -93,3 +93,11 @@ def test_slots_give_the_logprobs_of_a_single_run(tiny_target, tiny_draft, engine
 def test_logprobs_out_of_range_are_refused(changes, match):
     with pytest.raises(SpecError, match=match):
         RunSpec(**changes).validate()
+
+
+def test_a_ruled_out_token_reads_minus_9999_and_a_short_row_gives_all_it_has():
+    from localspec.engine.outputs import token_logprobs
+
+    lp, top = token_logprobs(np.array([0.0, -np.inf, 1.0], np.float32), 1, 5)
+    assert lp == -9999.0 and [i for i, _ in top] == [2, 0, 1] and top[-1][1] == -9999.0
+    assert sum(np.exp(v) for _, v in top) == pytest.approx(1.0)
