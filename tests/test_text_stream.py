@@ -27,3 +27,16 @@ def test_false_alarm_is_released():
     assert s.push(b"S") == ""
     assert s.flush() == "S"
     assert s.text == "STARS"
+
+
+def test_n_indent_ends_the_answer_before_a_line_indented_too_little():
+    """llama-server's n_indent: the first line is free; a later line (or a blank one) with fewer
+    leading spaces or tabs ends the text before its first other character."""
+    s = TextStream(n_indent=4)
+    out = "".join(s.push(p.encode()) for p in ["return a", " + b\n", "  ", "  x = 1\n", "\t", "y", "ignored"])
+    assert out == "return a + b\n    x = 1\n\t" and s.stopped and s.indented
+    blank = TextStream(n_indent=2)
+    assert blank.push(b"a\n\nb") == "a\n" and blank.indented
+    stop = TextStream(["END"], n_indent=2)
+    assert stop.push(b"x\n  y END") == "x\n  y " and stop.stopped and not stop.indented
+    assert TextStream().push(b"a\nb") == "a\nb"

@@ -303,6 +303,10 @@ class Model(NativeHandle):
         self.bos = int(ll.llama_vocab_bos(self.vocab))
         self.eos = int(ll.llama_vocab_eos(self.vocab))
         self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
+        # Fill-in-the-middle tokens (prefix, suffix, middle; repository and file separators),
+        # None where the vocabulary has none.
+        self.fim = {name: (t if (t := int(getattr(ll, f"llama_vocab_fim_{name}")(self.vocab))) >= 0 else None)
+                    for name in ("pre", "suf", "mid", "rep", "sep")}
         self.n_embd = int(ll.llama_model_n_embd(ptr))
         self.n_layer_nextn = int(ll.llama_model_n_layer_nextn(ptr))  # MTP layers in the file
         self.mtp_loaded = load_mtp and self.n_layer_nextn > 0

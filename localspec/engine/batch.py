@@ -191,7 +191,7 @@ class Generation:
         self.stats = StatsRecorder(drafter=self.kind.value, policy=policy.describe(), seed=self.seed)
         self.tokens = list(prompt)
         self.generated: list[int] = []
-        self.text = TextStream(list(spec.stop))
+        self.text = TextStream(list(spec.stop), spec.n_indent)
         self.reason: StopReason | None = None
         self.message = ""
         self.index = 0
@@ -233,7 +233,7 @@ class Generation:
             put(Token(tok, piece, origin) if n_lp is None or rows is None
                 else Token(tok, piece, origin, *token_logprobs(rows[i], tok, n_lp)))
             if self.text.stopped:
-                self.reason = StopReason.STOP_STRING
+                self.reason = StopReason.INDENT if self.text.indented else StopReason.STOP_STRING
                 break
             if len(self.generated) >= self.spec.max_tokens:
                 self.reason = StopReason.MAX_TOKENS

@@ -18,6 +18,7 @@ class StopReason(str, Enum):
     EOG = "eog"                  # an end-of-generation token of the target vocabulary
     MAX_TOKENS = "max_tokens"
     STOP_STRING = "stop_string"
+    INDENT = "indent"            # a line indented less than RunSpec.n_indent (code completion)
     CONTEXT_FULL = "context_full"
     CANCELLED = "cancelled"
 

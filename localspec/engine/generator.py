@@ -112,7 +112,7 @@ class Generator:
         decode_before = tgt.decode_seconds + _draft_decode_seconds(drafter)
         redecoded = 0
         n_vocab = model.n_vocab
-        out = _Output(list(prompt), model, stop, max_tokens, stats, t_start)
+        out = _Output(list(prompt), model, stop, max_tokens, stats, t_start, spec.n_indent)
         tokens = out.tokens            # the whole sequence; its last token is not in the cache yet
 
         # -- first token: from the prompt's logits, before the drafter reads the prompt --
@@ -273,10 +273,10 @@ class _Output:
     why it stopped (None while it goes on)."""
 
     def __init__(self, tokens: list[int], model, stop, max_tokens: int, stats: StatsRecorder,
-                 t_start: float):
+                 t_start: float, n_indent: int = 0):
         self.tokens = tokens
         self.generated: list[int] = []
-        self.text = TextStream(list(stop))
+        self.text = TextStream(list(stop), n_indent)
         self.reason: StopReason | None = None
         self.message = ""
         self._model = model
@@ -300,7 +300,7 @@ class _Output:
                 self._stats.first_token(time.perf_counter() - self._t_start)
             yield Token(tok, piece, origin) if lps is None else Token(tok, piece, origin, *lps[i])
             if self.text.stopped:
-                self.reason = StopReason.STOP_STRING
+                self.reason = StopReason.INDENT if self.text.indented else StopReason.STOP_STRING
                 break
             if len(self.generated) >= self._max:
                 self.reason = StopReason.MAX_TOKENS

@@ -86,6 +86,9 @@ class RunSpec:
     # Each emitted token with the target's log-probability of it and of its this many most
     # likely tokens (Token.logprob, Token.top): full rows of logits are read; None: off.
     logprobs: int | None = None
+    # Code completion (llama-server's n_indent): the answer ends before a line, after its
+    # first, indented by fewer than this many spaces or tabs; 0: off.
+    n_indent: int = 0
 
     def __post_init__(self):
         # Accept plain strings and lists from callers; the spec itself stays immutable.
@@ -119,6 +122,7 @@ class RunSpec:
                 raise SpecError("logprobs", f"must be at most {LOGPROBS_MAX} (got {self.logprobs})")
             if self.cascade is not None:
                 raise SpecError("logprobs", "cannot come with a cascade (its answer may be the draft's)")
+        _int_at_least("n_indent", self.n_indent, 0)
         if self.grammar is not None and not (isinstance(self.grammar, str) and self.grammar.strip()):
             raise SpecError("grammar", "must be GBNF text (got an empty or non-text value)")
         s = self.sampling

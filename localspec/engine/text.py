@@ -1,4 +1,5 @@
-"""Streaming detokenisation: token bytes in, text out, with stop strings held back."""
+"""Streaming detokenisation: token bytes in, text out, with stop strings held back and the
+answer ended before an under-indented line (code completion)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,20 @@ class TextStream:
 
     Incomplete UTF-8 sequences wait for their next bytes, and text that could be the start of
     a stop string waits until it either completes the stop string (then it is dropped and
-    the stream reports the stop) or turns out not to.
+    the stream reports the stop) or turns out not to. With ``n_indent``, a line after the
+    first that starts with fewer spaces or tabs than that ends the text before its first other
+    character, as llama-server's ``n_indent`` does (``indented``: that is why it stopped).
     """
 
-    def __init__(self, stop: list[str] | tuple[str, ...] = ()):
+    def __init__(self, stop: list[str] | tuple[str, ...] = (), n_indent: int = 0):
         self.stop = [s for s in stop if s]
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending = ""
         self.released: list[str] = []
         self.stopped = False
+        self.indented = False
+        self.n_indent = n_indent
+        self._col: int | None = None   # the line's indentation so far; None: not at a line's start
 
     @property
     def text(self) -> str:
@@ -59,6 +65,26 @@ class TextStream:
         return self._release(out)
 
     def _release(self, s: str) -> str:
+        if s and self.n_indent:
+            s = self._indent_cut(s)
         if s:
             self.released.append(s)
+        return s
+
+    def _indent_cut(self, s: str) -> str:
+        """``s``, or its part before the first character of a line indented too little."""
+        col = self._col
+        for i, c in enumerate(s):
+            if col is None:
+                if c == "\n":
+                    col = 0
+            elif c in " \t":
+                col += 1
+            elif col < self.n_indent:
+                self.stopped = self.indented = True
+                self._pending = ""
+                return s[:i]
+            else:
+                col = 0 if c == "\n" else None
+        self._col = col
         return s

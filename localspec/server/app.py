@@ -34,7 +34,7 @@ from starlette.routing import Route
 from ..engine import Done, Engine, RunSpec, StopReason, Token
 from ..engine.template import chat_tokens
 from ..errors import LocalspecError
-from . import llama, tools, translate
+from . import infill, llama, tools, translate
 from .errors import ApiError
 from .live import LiveState
 from .metrics import Metrics
@@ -43,7 +43,8 @@ from .scheduler import Channel, Job, Scheduler
 
 log = logging.getLogger("localspec.server")
 
-_ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/completion": "completion"}
+_ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/completion": "completion",
+              "/infill": "infill"}
 
 # Origins allowed without --cors: pages served from this machine, any port.
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
@@ -119,6 +120,9 @@ def build_app(ctx: ServerContext):
     async def completion(request: Request) -> Response:
         return await _generate(ctx, request, "completion")
 
+    async def infill(request: Request) -> Response:
+        return await _generate(ctx, request, "infill")
+
     async def metrics(request: Request) -> Response:
         return Response(ctx.metrics.render(), headers={"Content-Type": ctx.metrics.content_type})
 
@@ -145,6 +149,7 @@ def build_app(ctx: ServerContext):
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/completion", completion, methods=["POST"]),
+        Route("/infill", infill, methods=["POST"]),
         Route("/props", props),
         Route("/slots", slots),
         Route("/tokenize", tokenize, methods=["POST"]),
@@ -236,7 +241,21 @@ def _prompt(ctx: ServerContext, body: dict, kind: str, plan: tools.Plan) -> list
             return chat_tokens(engine.target_model, plan.messages, plan.tools)
         except LocalspecError as exc:
             raise translate.template_error(exc) from None
+    n_ctx = engine.target_ctx.n_ctx
+    if kind == "infill":
+        for key in ("input_prefix", "input_suffix"):
+            if not isinstance(body.get(key), str):
+                raise ApiError(400, f"{key} is required, a string", param=key)
+        if not isinstance(body.get("prompt", ""), str):
+            raise ApiError(400, "prompt must be a string (the text the answer starts with)", param="prompt")
+        return infill.fim_prompt(engine.target_model, body["input_prefix"], body["input_suffix"],
+                                 prompt=body.get("prompt", ""), extra=infill.extra_chunks(body.get("input_extra")),
+                                 n_ctx=n_ctx, n_predict=translate.n_predict(body))
     prompt = translate.completion_prompt(body)
+    if body.get("suffix"):      # OpenAI's insertion: the answer goes between prompt and suffix
+        if not isinstance(prompt, str):
+            raise ApiError(400, "a suffix needs the prompt as text, not token ids", param="prompt")
+        return infill.fim_prompt(engine.target_model, prompt, body["suffix"], n_ctx=n_ctx)
     if isinstance(prompt, str):
         return engine.tokenize(prompt)
     n_vocab = engine.target_model.n_vocab
@@ -275,13 +294,13 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
         stream = bool(body.get("stream"))
         job = Job(kind, prompt, spec, Channel(asyncio.get_running_loop()), stream=stream,
                   cache_prompt=translate.cache_prompt(body), slot=translate.id_slot(body, ctx.engine.parallel),
-                  tokens=(stream and kind == "completion") or n_logprobs is not None)
+                  tokens=(stream and kind in translate.NATIVE) or n_logprobs is not None)
         ctx.scheduler.submit(job)
     except ApiError as err:
         return ctx.refused(kind, err)
-    if kind == "completion":
-        shape = llama.Native(ctx.engine, spec, ctx.model_id, translate.completion_prompt(body),
-                             translate.n_predict(body), job, bool(body.get("return_tokens")))
+    if kind in translate.NATIVE:
+        shape = llama.Native(ctx.engine, spec, ctx.model_id, translate.completion_prompt(body) if kind == "completion"
+                             else prompt, translate.n_predict(body), job, bool(body.get("return_tokens")))
     else:
         shape = Shape(kind, job.id, ctx.model_id, translate.include_usage(body),
                       ctx.engine.target_model if n_logprobs is not None else None)

@@ -17,7 +17,8 @@ from .responses import released, sse, timings, token_text
 DEFAULT_SEED = 0xFFFFFFFF
 
 # StopReason -> llama-server's stop_type
-_STOP_TYPE = {StopReason.EOG: "eos", StopReason.STOP_STRING: "word", StopReason.MAX_TOKENS: "limit",
+_STOP_TYPE = {StopReason.EOG: "eos", StopReason.STOP_STRING: "word",
+              StopReason.INDENT: "limit", StopReason.MAX_TOKENS: "limit",
               StopReason.CONTEXT_FULL: "limit", StopReason.CANCELLED: "none"}
 
 # The fields /tokenize and /detokenize take, with their types.
@@ -44,6 +45,8 @@ def params(spec: RunSpec, n_predict: int) -> dict:
         "top_p": s.top_p,
         "min_p": s.min_p,
         "stop": list(spec.stop),
+        "n_indent": spec.n_indent,
+        "n_probs": spec.logprobs or 0,
         "samplers": ["top_k", "top_p", "min_p", "temperature"],
         "speculative.n_max": spec.draft_max if spec.speculative else 0,
         "speculative.n_min": spec.draft_min if spec.speculative else 0,

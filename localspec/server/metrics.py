@@ -29,7 +29,7 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 TOKEN_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 OUTCOMES = ("stop", "length", "cancelled", "shutdown", "error", "bad_request", "unauthorized", "queue_full")
-ENDPOINTS = ("chat", "completions", "completion")   # /completion: llama-server's native one
+ENDPOINTS = ("chat", "completions", "completion", "infill")   # /completion, /infill: llama-server's own
 
 
 class Metrics:

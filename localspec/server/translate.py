@@ -10,7 +10,8 @@ Every top-level field a request sends is one of :func:`known_fields`: a field th
 honours, or an option it does not implement sent at its neutral ("off") value. Anything else
 is a 400 naming the field. llama-server's own per-request fields are honoured under their
 names: the flat ``speculative.n_max`` / ``speculative.n_min`` / ``speculative.p_min``,
-``n_predict``, ``cache_prompt``, ``id_slot`` and (``/completion``) ``return_tokens``.
+``n_predict``, ``cache_prompt``, ``id_slot``, ``n_indent``, ``n_probs`` and (``/completion``,
+``/infill``) ``return_tokens``.
 """
 
 from __future__ import annotations
@@ -61,10 +62,13 @@ _LLAMA_TUNING = {"dynatemp_exponent": "dynatemp_range", "xtc_threshold": "xtc_pr
 _HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "localspec", "max_tokens",
              "max_completion_tokens", "n_predict", "cache_prompt", "id_slot", "samplers", "user",
              "parallel_tool_calls", "response_format", "tools", "tool_choice", "grammar", "json_schema",
-             "logprobs", "top_logprobs", "n_probs", *SAMPLING}
+             "logprobs", "top_logprobs", "n_probs", "n_indent", *SAMPLING}
 
-# The prompt's field of each endpoint ("completion" is llama-server's native /completion).
-PROMPT_FIELD = {"chat": "messages", "completions": "prompt", "completion": "prompt"}
+# The prompt's field of each endpoint ("completion" is llama-server's native /completion,
+# "infill" its fill-in-the-middle, where the prompt is optional text after the prefix).
+PROMPT_FIELD = {"chat": "messages", "completions": "prompt", "completion": "prompt", "infill": "prompt"}
+NATIVE = ("completion", "infill")   # the endpoints that answer in llama-server's shape
+_INFILL = {"input_prefix", "input_suffix", "input_extra"}
 
 # llama.cpp's sampler names and letters (its --samplers); this server's chain is top-k, top-p,
 # min-p, temperature, and the others are off (their switches are checked above).
@@ -106,7 +110,8 @@ def completion_prompt(body: dict) -> str | list[int]:
 def known_fields(kind: str) -> frozenset[str]:
     """The top-level fields an endpoint takes (``kind``: "chat", "completions" or "completion");
     llama-server's flat ``speculative.KEY`` fields come on top of these."""
-    return frozenset(_HONOURED | set(_UNSUPPORTED) | set(_LLAMA_OFF) | set(_LLAMA_TUNING) | {PROMPT_FIELD[kind]})
+    return frozenset(_HONOURED | set(_UNSUPPORTED) | set(_LLAMA_OFF) | set(_LLAMA_TUNING) | {PROMPT_FIELD[kind]}
+                     | (_INFILL if kind == "infill" else set()))
 
 
 def _neutral(value, allowed: tuple) -> bool:
@@ -129,10 +134,14 @@ def check_request(body: dict, kind: str) -> None:
     if n is not None and n != 1:
         raise ApiError(400, f"n must be 1: one choice per request (got {n!r})", param="n")
     for key, neutral in _UNSUPPORTED.items():
+        if key == "suffix" and kind == "completions":
+            if not isinstance(body.get(key) or "", str):
+                raise ApiError(400, "suffix must be a string", param=key)
+            continue                        # (filled in the middle: app.py, infill.py)
         if key in body and not _neutral(body[key], neutral):
             raise ApiError(400, f"{key} is not supported by localspec serve", param=key)
     for key, neutral in _LLAMA_OFF.items():
-        if key == "return_tokens" and kind == "completion":
+        if key == "return_tokens" and kind in NATIVE:
             if not isinstance(body[key] if key in body else False, bool):
                 raise ApiError(400, "return_tokens must be true or false", param=key)
             continue                        # (/completion's answer carries the ids when asked)
@@ -145,7 +154,7 @@ def check_request(body: dict, kind: str) -> None:
     if opts is not None and not (isinstance(opts, dict) and set(opts) <= {"include_usage"}
                                  and isinstance(opts.get("include_usage", False), bool)):
         raise ApiError(400, "stream_options takes include_usage (true or false) only", param="stream_options")
-    if kind == "completion" and opts is not None and opts.get("include_usage"):
+    if kind in NATIVE and opts is not None and opts.get("include_usage"):
         raise ApiError(400, "stream_options.include_usage is OpenAI's: /completion's last event has the token "
                             "counts and timings", param="stream_options")
     if body.get("user") is not None and not isinstance(body["user"], str):
@@ -183,7 +192,8 @@ def logprobs(body: dict, kind: str) -> int | None:
     Raises:
         ApiError: a field of another endpoint, or a value out of range (400).
     """
-    own = {"chat": ("logprobs", "top_logprobs"), "completions": ("logprobs",), "completion": ("n_probs",)}[kind]
+    own = {"chat": ("logprobs", "top_logprobs"), "completions": ("logprobs",), "completion": ("n_probs",),
+           "infill": ("n_probs",)}[kind]
     for key in ("logprobs", "top_logprobs", "n_probs"):
         if key not in own and body.get(key) not in (None, False, 0):
             where = {"logprobs": "the OpenAI endpoints'", "top_logprobs": "chat's", "n_probs": "/completion's"}[key]
@@ -197,7 +207,7 @@ def logprobs(body: dict, kind: str) -> int | None:
             raise ApiError(400, f"{key} must be a whole number from 0 to {LOGPROBS_MAX} (got {value!r})", param=key)
         return value
 
-    if kind == "completion":
+    if kind in NATIVE:
         return count("n_probs") or None
     if kind == "completions":
         return count("logprobs")
@@ -265,6 +275,8 @@ def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tup
     values.update(spec_values)
     values.update(_localspec_fields(body.get("localspec"), drafters))
     names.setdefault("cascade", "localspec.cascade")
+    if body.get("n_indent") is not None:
+        values["n_indent"] = body["n_indent"]
     if n_logprobs is not None:
         values["logprobs"] = n_logprobs
         names["logprobs"] = "logprobs"
