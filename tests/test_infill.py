@@ -109,3 +109,119 @@ def test_n_indent_ends_the_completion_at_the_end_of_the_block(qwen):
     assert free["content"].startswith(out["content"]) and len(out["content"]) < len(free["content"])
     assert all(line.startswith("    ") for line in out["content"].split("\n")[1:] if line)
     assert_error(*request(qwen, "POST", "/infill", body | {"n_indent": -1})[::2], 400, "n_indent", ">= 0")
+
+
+# -- llama.cpp's infill sampler, and what editors send ------------------------------------------
+
+def _llama_cpp_infill(model, logits, k, p):
+    """llama.cpp's own chain (top-k, top-p, infill) on a row, then its draw's distribution:
+    the survivors' softmax (what this server's sampler must equal)."""
+    import ctypes
+
+    import llama_cpp.llama_cpp as ll
+    import numpy as np
+
+    n = len(logits)
+    data = (ll.llama_token_data * n)()
+    for i in range(n):
+        data[i].id, data[i].logit, data[i].p = i, float(logits[i]), 0.0
+    arr = ll.llama_token_data_array(data, n, -1, False)
+    chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+    for part in (ll.llama_sampler_init_top_k(k), ll.llama_sampler_init_top_p(p, 1),
+                 ll.llama_sampler_init_infill(model.vocab)):
+        ll.llama_sampler_chain_add(chain, part)
+    ll.llama_sampler_apply(chain, ctypes.byref(arr))
+    ids = np.array([arr.data[i].id for i in range(arr.size)])
+    lg = np.array([arr.data[i].logit for i in range(arr.size)])
+    ll.llama_sampler_free(chain)
+    ids, lg = ids[np.isfinite(lg)], lg[np.isfinite(lg)]
+    e = np.exp(lg - lg.max())
+    order = np.argsort(ids)
+    return ids[order], (e / e.sum())[order]
+
+
+def test_the_infill_sampler_is_llama_cpps(qwen_model):
+    import numpy as np
+
+    from localspec.engine import SamplingConfig
+    from localspec.engine.sampling import distribution
+
+    m, rng = qwen_model, np.random.default_rng(0)
+    cfg = SamplingConfig(temperature=1.0, top_k=40, top_p=0.99, min_p=0.0, infill=True)
+    words = [t[0] for w in (" return", " re", " ret", "def", "de") if len(t := m.tokenize(w, add_special=False,
+                                                                                         parse_special=False)) == 1]
+    kinds = set()
+    for trial in range(30):
+        logits = (rng.normal(size=m.n_vocab) * 2).astype(np.float32)
+        logits[rng.choice(m.n_vocab, 12, replace=False)] += rng.uniform(6, 12, 12)
+        if trial % 3 == 0:
+            logits[m.eos] += 14          # the end of the text likely: only end tokens stay
+        if trial % 3 == 1:
+            logits[words] += 13          # tokens that are prefixes of others: merged
+        want_ids, want_p = _llama_cpp_infill(m, logits, 40, 0.99)
+        plain = distribution(logits, cfg)
+        got = m.infilled(plain)
+        assert np.array_equal(got.ids, want_ids) and np.allclose(got.probs, want_p, atol=1e-5), trial
+        kinds.add("end" if all(m.is_eog(int(t)) for t in got.ids) else
+                  "cut" if len(got.ids) < len(plain.ids) else "same")
+    assert {"end", "cut"} <= kinds
+
+
+def test_what_llama_vscode_and_llama_vim_send_is_answered(qwen):
+    vscode = {"input_prefix": "def fib(n):\n    ", "input_suffix": "\n\nprint(fib(10))\n",
+              "input_extra": [{"filename": "util.py", "text": "def sub(a, b):\n    return a - b\n"}],
+              "prompt": "", "n_predict": 48, "top_k": 40, "top_p": 0.99, "stream": False,
+              "samplers": ["top_k", "top_p", "infill"], "cache_prompt": True, "n_indent": 4,
+              "t_max_prompt_ms": 500, "t_max_predict_ms": 1000, "seed": 3}
+    status, _, out = request(qwen, "POST", "/infill", vscode)
+    assert status == 200, out
+    settings = out["generation_settings"]
+    assert settings["temperature"] == 1.0 and settings["min_p"] == 0.0 and settings["top_k"] == 40
+    assert out["content"] and all(line.startswith("    ") for line in out["content"].split("\n")[1:] if line)
+    vim = vscode | {"samplers": ["top_k", "top_p", "infill"],
+                    "response_fields": ["content", "timings/prompt_n", "timings/predicted_n", "truncated",
+                                        "tokens_cached", "no/such"]}
+    status, _, out = request(qwen, "POST", "/infill", vim)
+    assert status == 200 and set(out) == {"content", "timings/prompt_n", "timings/predicted_n", "truncated",
+                                          "tokens_cached"}
+    assert_error(*request(qwen, "POST", "/infill", vim | {"response_fields": "content"})[::2], 400,
+                 "response_fields", "list of paths")
+    assert_error(*request(qwen, "POST", "/infill", vim | {"top_k": 0})[::2], 400, "samplers", "needs top_k")
+
+
+def test_the_target_draws_through_the_infill_sampler_in_a_run_and_in_slots(qwen_model, monkeypatch):
+    from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig
+    from localspec.engine.backend import Model
+
+    calls = []
+    real = Model.infilled
+
+    def counted(self, p):
+        calls.append(p)
+        return real(self, p)
+
+    monkeypatch.setattr(Model, "infilled", counted)
+    spec = RunSpec(drafter=DrafterKind.NGRAM, max_tokens=8,
+                   sampling=SamplingConfig(temperature=1.0, top_k=40, top_p=0.99, min_p=0.0, seed=1, infill=True))
+    prompt = fim_prompt(qwen_model, PREFIX, SUFFIX, n_ctx=1024)
+    for parallel in (1, 2):
+        engine = Engine(EngineConfig(target=qwen_model.path, n_ctx=1024, threads=1, remember=False, parallel=parallel))
+        try:
+            calls.clear()
+            if parallel == 1:
+                list(engine.run(prompt, spec))
+            else:
+                runner = engine.runner()
+                runner.start(prompt, spec)
+                runner.run_all()
+            assert len(calls) >= 8
+        finally:
+            engine.close()
+
+
+def test_t_max_predict_ms_ends_the_answer_at_a_new_line(qwen):
+    body = {"input_prefix": "def fib(n):\n    ", "input_suffix": "", "n_predict": 64, "temperature": 0}
+    free = request(qwen, "POST", "/infill", body)[2]
+    out = request(qwen, "POST", "/infill", body | {"t_max_predict_ms": 0.001})[2]
+    assert out["stop_type"] == "limit" and out["content"].endswith("\n") and out["content"].count("\n") == 1
+    assert free["content"].startswith(out["content"])

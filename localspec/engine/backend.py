@@ -302,6 +302,7 @@ class Model(NativeHandle):
         self.n_vocab = int(ll.llama_vocab_n_tokens(self.vocab))
         self.bos = int(ll.llama_vocab_bos(self.vocab))
         self.eos = int(ll.llama_vocab_eos(self.vocab))
+        self.eot = int(ll.llama_vocab_eot(self.vocab))
         self.add_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
         # Fill-in-the-middle tokens (prefix, suffix, middle; repository and file separators),
         # None where the vocabulary has none.
@@ -391,6 +392,12 @@ class Model(NativeHandle):
 
     def is_eog(self, token: int) -> bool:
         return bool(self._eog[token])
+
+    def infilled(self, p):
+        """``p`` through llama.cpp's infill sampler with this vocabulary (:func:`.sampling.infill`)."""
+        from .sampling import infill
+
+        return infill(p, self.is_eog, self.piece, self.eot if self.eot >= 0 else self.eos)
 
     @property
     def eog_mask(self) -> np.ndarray:

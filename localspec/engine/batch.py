@@ -198,7 +198,7 @@ class Generation:
         self.quiet = 0
         self.passed = self.passed_tokens = 0
         self.t_start = time.perf_counter()
-        self.t_gen = self.t_start
+        self.t_gen = self.t_first = self.t_start
         self.draft_seconds = 0.0
         self.decode_seconds = 0.0
         self.cache_prompt = True
@@ -229,11 +229,16 @@ class Generation:
             emitted += 1
             piece = self.text.push(model.piece(tok))
             if len(self.generated) == 1:
-                self.stats.first_token(time.perf_counter() - self.t_start)
+                self.t_first = time.perf_counter()
+                self.stats.first_token(self.t_first - self.t_start)
             put(Token(tok, piece, origin) if n_lp is None or rows is None
                 else Token(tok, piece, origin, *token_logprobs(rows[i], tok, n_lp)))
             if self.text.stopped:
                 self.reason = StopReason.INDENT if self.text.indented else StopReason.STOP_STRING
+                break
+            t_max = self.spec.t_max_predict_ms
+            if t_max and "\n" in piece and (time.perf_counter() - self.t_first) * 1000.0 > t_max:
+                self.reason = StopReason.TIME_LIMIT
                 break
             if len(self.generated) >= self.spec.max_tokens:
                 self.reason = StopReason.MAX_TOKENS
@@ -402,7 +407,7 @@ class BatchRunner:
                 g.stats.prompt(len(g.prompt), n_cached, t_gen - t0)
                 g._put(PromptProcessed(len(g.prompt), n_cached, t_gen - t0))
                 t1 = time.perf_counter()
-                first = int(x[0].argmax()) if g.greedy else LogitRows(x).dist(0, g.sampling).sample(g.rng)
+                first = int(x[0].argmax()) if g.greedy else self._dist(LogitRows(x), 0, g.sampling).sample(g.rng)
                 emitted = g.emit([first], [Origin.TARGET], x)
                 step = Step(0, 0, 0, 0, emitted, 0.0, time.perf_counter() - t1, g.policy.drafting, verify_batch=0)
                 g.stats.step(step)
@@ -551,7 +556,7 @@ class BatchRunner:
 
                 def p_at(i: int, lr=lr, cache=cache, cfg=g.sampling) -> Dist:
                     if i not in cache:
-                        cache[i] = lr.dist(i, cfg)
+                        cache[i] = self._dist(lr, i, cfg)
                     return cache[i]
 
                 q = dists if dists is not None else [Dist.onehot(t) for t in toks]
@@ -584,6 +589,11 @@ class BatchRunner:
             for g in live:
                 if not g.finished:
                     g.stats.note(note)
+
+    def _dist(self, rows: LogitRows, i: int, cfg) -> Dist:
+        """The target's distribution at row ``i`` (through the infill sampler when asked for)."""
+        p = rows.dist(i, cfg)
+        return self.model.infilled(p) if cfg.infill else p
 
     def _draft_all(self, plan) -> list[tuple[list[int], list[Dist] | None, int]]:
         """Each planned slot's draft: (tokens, their distributions or None, decodes)."""

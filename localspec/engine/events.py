@@ -19,6 +19,7 @@ class StopReason(str, Enum):
     MAX_TOKENS = "max_tokens"
     STOP_STRING = "stop_string"
     INDENT = "indent"            # a line indented less than RunSpec.n_indent (code completion)
+    TIME_LIMIT = "time_limit"    # a new line after RunSpec.t_max_predict_ms of generation
     CONTEXT_FULL = "context_full"
     CANCELLED = "cancelled"
 

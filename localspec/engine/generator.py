@@ -112,7 +112,7 @@ class Generator:
         decode_before = tgt.decode_seconds + _draft_decode_seconds(drafter)
         redecoded = 0
         n_vocab = model.n_vocab
-        out = _Output(list(prompt), model, stop, max_tokens, stats, t_start, spec.n_indent)
+        out = _Output(list(prompt), model, stop, max_tokens, stats, t_start, spec.n_indent, spec.t_max_predict_ms)
         tokens = out.tokens            # the whole sequence; its last token is not in the cache yet
 
         # -- first token: from the prompt's logits, before the drafter reads the prompt --
@@ -122,7 +122,7 @@ class Generator:
             if grammar is not None:
                 first = grammar.verify(first_rows, [], None, sampling, n_vocab, rng)[1]
             else:
-                first = first_rows.argmax(0) if sampling.greedy else first_rows.dist(0, sampling).sample(rng)
+                first = first_rows.argmax(0) if sampling.greedy else _dist(first_rows, 0, sampling, model).sample(rng)
             t_first = time.perf_counter() - t0
             lps = None if n_lp is None else [token_logprobs(first_rows.x[0], first, n_lp)]
             emitted = yield from out.emit([first], [Origin.TARGET], lps)
@@ -207,7 +207,7 @@ class Generator:
 
                 def p_at(i: int, rows=rows, cache=cache) -> Dist:
                     if i not in cache:
-                        cache[i] = rows.dist(i, sampling)
+                        cache[i] = _dist(rows, i, sampling, model)
                     return cache[i]
 
                 q = d.dists if d.dists is not None else [Dist.onehot(t) for t in drafts]
@@ -273,10 +273,12 @@ class _Output:
     why it stopped (None while it goes on)."""
 
     def __init__(self, tokens: list[int], model, stop, max_tokens: int, stats: StatsRecorder,
-                 t_start: float, n_indent: int = 0):
+                 t_start: float, n_indent: int = 0, t_max_predict_ms: float = 0.0):
         self.tokens = tokens
         self.generated: list[int] = []
         self.text = TextStream(list(stop), n_indent)
+        self._t_max = t_max_predict_ms / 1000.0
+        self._t_first = 0.0
         self.reason: StopReason | None = None
         self.message = ""
         self._model = model
@@ -297,15 +299,25 @@ class _Output:
             emitted += 1
             piece = self.text.push(self._model.piece(tok))
             if len(self.generated) == 1:
-                self._stats.first_token(time.perf_counter() - self._t_start)
+                self._t_first = time.perf_counter()
+                self._stats.first_token(self._t_first - self._t_start)
             yield Token(tok, piece, origin) if lps is None else Token(tok, piece, origin, *lps[i])
             if self.text.stopped:
                 self.reason = StopReason.INDENT if self.text.indented else StopReason.STOP_STRING
+                break
+            if self._t_max and "\n" in piece and time.perf_counter() - self._t_first > self._t_max:
+                self.reason = StopReason.TIME_LIMIT
                 break
             if len(self.generated) >= self._max:
                 self.reason = StopReason.MAX_TOKENS
                 break
         return emitted
+
+
+def _dist(rows, i: int, sampling, model) -> Dist:
+    """The target's distribution at row ``i`` (through the infill sampler when asked for)."""
+    p = rows.dist(i, sampling)
+    return model.infilled(p) if sampling.infill else p
 
 
 def _rollback_snapshot(tgt: Context, drafter: Drafter) -> dict:

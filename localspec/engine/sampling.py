@@ -73,6 +73,52 @@ class Dist:
         return i if self.ids is None else int(self.ids[i])
 
 
+def infill(p: Dist, is_eog, piece, end: int) -> Dist:
+    """llama.cpp's ``infill`` sampler (code completion, last in the chain before the draw)
+    applied to ``p``, a truncated distribution: when the end-of-generation tokens hold enough of
+    the mass (3 x their sum x the candidates > the rest) only they stay; else tokens whose text
+    is a prefix of another's give their probability to the likelier of the two, those under
+    0.2 go, then those under 1 / (tokens left + 1), end-of-generation tokens staying throughout
+    (only ``end``, certain, when no other token is left). The draw is over the survivors' own
+    probabilities renormalised (llama.cpp's draw reads their logits, which the merging leaves).
+
+    Args:
+        p: the distribution after top-k, top-p, min-p and temperature (``ids`` not None).
+        is_eog: token id -> whether it ends generation; piece: token id -> its bytes;
+        end: the end-of-text token (llama.cpp's EOT, else EOS).
+    """
+    order = np.argsort(-p.probs, kind="stable")          # llama.cpp's order: by descending logit
+    ids, q = p.ids[order], p.probs[order].astype(np.float32)
+    n = len(ids)
+    eog = np.array([is_eog(int(t)) for t in ids], dtype=bool)
+    if 3 * float(q[eog].sum()) * n > float(q[~eog].sum()):
+        keep = eog
+    else:
+        alive = np.ones(n, dtype=bool)
+        text = [piece(int(t)) for t in ids]
+        for i0 in range(n):
+            for i1 in range(n):
+                if not alive[i0]:
+                    break
+                if i0 == i1 or not alive[i1]:
+                    continue
+                if text[i0] and len(text[i0]) <= len(text[i1]) and text[i1].startswith(text[i0]):
+                    dst, src = (i1, i0) if q[i1] > q[i0] else (i0, i1)
+                    q[dst] += q[src]
+                    q[src], alive[src] = 0.0, False
+        keep = (q >= 0.2) | eog
+        others = int(np.count_nonzero(keep & ~eog))
+        if not others:
+            return Dist.onehot(end)
+        q = q / q[keep].sum()
+        keep &= (q >= 1.0 / (others + 1)) | eog
+        keep &= alive                                      # (a merged-away token's logit is -inf)
+    kept = ids[keep]
+    back = np.argsort(kept)
+    probs = p.probs[order][keep][back]
+    return Dist(kept[back], probs / probs.sum())
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max(), dtype=np.float64)
     return e / e.sum()

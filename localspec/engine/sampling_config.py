@@ -18,6 +18,7 @@ class SamplingConfig:
     min_p: float = 0.05
     seed: int | None = None
     draft_temperature: float | None = None  # None: same as temperature
+    infill: bool = False    # llama.cpp's infill sampler last (code completion; the target's draws only)
 
     @property
     def greedy(self) -> bool:
@@ -32,4 +33,4 @@ class SamplingConfig:
     def to_dict(self) -> dict:
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
                 "min_p": self.min_p, "seed": self.seed,
-                "draft_temperature": self.draft_temperature}
+                "draft_temperature": self.draft_temperature, "infill": self.infill}

@@ -89,6 +89,9 @@ class RunSpec:
     # Code completion (llama-server's n_indent): the answer ends before a line, after its
     # first, indented by fewer than this many spaces or tabs; 0: off.
     n_indent: int = 0
+    # llama-server's t_max_predict_ms: past this many milliseconds since the first token, the
+    # answer ends with the next token holding a new line; 0: off.
+    t_max_predict_ms: float = 0.0
 
     def __post_init__(self):
         # Accept plain strings and lists from callers; the spec itself stays immutable.
@@ -123,6 +126,8 @@ class RunSpec:
             if self.cascade is not None:
                 raise SpecError("logprobs", "cannot come with a cascade (its answer may be the draft's)")
         _int_at_least("n_indent", self.n_indent, 0)
+        if not (_finite(self.t_max_predict_ms) and self.t_max_predict_ms >= 0):
+            raise SpecError("t_max_predict_ms", f"must be >= 0 (got {self.t_max_predict_ms!r})")
         if self.grammar is not None and not (isinstance(self.grammar, str) and self.grammar.strip()):
             raise SpecError("grammar", "must be GBNF text (got an empty or non-text value)")
         s = self.sampling
@@ -137,6 +142,10 @@ class RunSpec:
             raise SpecError("min_p", f"must be in [0, 1) (got {s.min_p})")
         if s.seed is not None:
             _int_at_least("seed", s.seed, 0)
+        if s.infill and s.top_k <= 0:
+            raise SpecError("infill", "needs top_k on (it judges the top-k candidates, as llama.cpp's does)")
+        if s.infill and self.grammar is not None:
+            raise SpecError("infill", "cannot come with a grammar")
         return self
 
     @classmethod

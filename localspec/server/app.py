@@ -291,6 +291,7 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
         spec = translate.run_spec(body, ctx.base, len(prompt), ctx.engine.target_ctx.n_ctx, ctx.engine.drafters,
                                   n_logprobs)
         spec = tools.constrain(spec, plan, ctx.engine.target_model)
+        fields = translate.response_fields(body) if kind in translate.NATIVE else []
         stream = bool(body.get("stream"))
         job = Job(kind, prompt, spec, Channel(asyncio.get_running_loop()), stream=stream,
                   cache_prompt=translate.cache_prompt(body), slot=translate.id_slot(body, ctx.engine.parallel),
@@ -300,7 +301,7 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
         return ctx.refused(kind, err)
     if kind in translate.NATIVE:
         shape = llama.Native(ctx.engine, spec, ctx.model_id, translate.completion_prompt(body) if kind == "completion"
-                             else prompt, translate.n_predict(body), job, bool(body.get("return_tokens")))
+                             else prompt, translate.n_predict(body), job, bool(body.get("return_tokens")), fields)
     else:
         shape = Shape(kind, job.id, ctx.model_id, translate.include_usage(body),
                       ctx.engine.target_model if n_logprobs is not None else None)

@@ -18,7 +18,7 @@ DEFAULT_SEED = 0xFFFFFFFF
 
 # StopReason -> llama-server's stop_type
 _STOP_TYPE = {StopReason.EOG: "eos", StopReason.STOP_STRING: "word",
-              StopReason.INDENT: "limit", StopReason.MAX_TOKENS: "limit",
+              StopReason.INDENT: "limit", StopReason.TIME_LIMIT: "limit", StopReason.MAX_TOKENS: "limit",
               StopReason.CONTEXT_FULL: "limit", StopReason.CANCELLED: "none"}
 
 # The fields /tokenize and /detokenize take, with their types.
@@ -159,10 +159,10 @@ class Native:
     ``top_logprobs``."""
 
     def __init__(self, engine: Engine, spec: RunSpec, model_id: str, prompt: str | list[int], n_predict: int,
-                 job=None, return_tokens: bool = False):
+                 job=None, return_tokens: bool = False, fields: list[str] = ()):
         self.engine, self.spec, self.model_id, self.n_predict = engine, spec, model_id, n_predict
         self.prompt = prompt if isinstance(prompt, str) else engine.target_model.detokenize(list(prompt))
-        self.job, self.return_tokens = job, return_tokens
+        self.job, self.return_tokens, self.fields = job, return_tokens, fields
 
     def _probs(self, tokens) -> dict:
         if self.spec.logprobs is None:
@@ -189,10 +189,27 @@ class Native:
                     "id_slot": self.slot} | self._probs(tokens))
 
     def tail(self, done: Done) -> list[bytes]:
-        return [sse(self.final(done, streamed=True))]
+        return [sse(self._kept(self.final(done, streamed=True)))]
 
     def whole(self, done: Done, tokens=()) -> dict:
-        return self.final(done) | self._probs(released(tokens, done))
+        return self._kept(self.final(done) | self._probs(released(tokens, done)))
+
+    def _kept(self, answer: dict) -> dict:
+        """The ``response_fields`` of the answer, keyed by their paths (llama-server's), or all."""
+        if not self.fields:
+            return answer
+        out = {}
+        for path in self.fields:
+            value, found = answer, True
+            for key in path.split("/"):
+                if isinstance(value, dict) and key in value:
+                    value = value[key]
+                else:
+                    found = False
+                    break
+            if found:
+                out[path] = value
+        return out
 
     def final(self, done: Done, *, streamed: bool = False) -> dict:
         """The whole answer, or (``streamed``) the last event: the same fields, no text."""

@@ -14,8 +14,9 @@ import time
 
 from ..engine import Done, StopReason, Summary, Token
 
-_FINISH = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopReason.INDENT: "stop",
-           StopReason.MAX_TOKENS: "length", StopReason.CONTEXT_FULL: "length", StopReason.CANCELLED: "stop"}
+_FINISH = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopReason.INDENT: "length",
+           StopReason.TIME_LIMIT: "length", StopReason.MAX_TOKENS: "length", StopReason.CONTEXT_FULL: "length",
+           StopReason.CANCELLED: "stop"}
 
 
 def finish_reason(reason: StopReason) -> str:

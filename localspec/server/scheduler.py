@@ -90,8 +90,8 @@ def _shutdown() -> ApiError:
     return ApiError(503, "the server is shutting down", code="shutting_down")
 
 
-_OUTCOME = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopReason.INDENT: "stop",
-            StopReason.MAX_TOKENS: "length", StopReason.CONTEXT_FULL: "length"}
+_OUTCOME = {StopReason.EOG: "stop", StopReason.STOP_STRING: "stop", StopReason.INDENT: "length",
+            StopReason.TIME_LIMIT: "length", StopReason.MAX_TOKENS: "length", StopReason.CONTEXT_FULL: "length"}
 
 
 class Scheduler:

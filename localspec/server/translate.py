@@ -62,7 +62,7 @@ _LLAMA_TUNING = {"dynatemp_exponent": "dynatemp_range", "xtc_threshold": "xtc_pr
 _HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "localspec", "max_tokens",
              "max_completion_tokens", "n_predict", "cache_prompt", "id_slot", "samplers", "user",
              "parallel_tool_calls", "response_format", "tools", "tool_choice", "grammar", "json_schema",
-             "logprobs", "top_logprobs", "n_probs", "n_indent", *SAMPLING}
+             "logprobs", "top_logprobs", "n_probs", "n_indent", "t_max_predict_ms", "t_max_prompt_ms", *SAMPLING}
 
 # The prompt's field of each endpoint ("completion" is llama-server's native /completion,
 # "infill" its fill-in-the-middle, where the prompt is optional text after the prefix).
@@ -73,8 +73,10 @@ _INFILL = {"input_prefix", "input_suffix", "input_extra"}
 # llama.cpp's sampler names and letters (its --samplers); this server's chain is top-k, top-p,
 # min-p, temperature, and the others are off (their switches are checked above).
 _SAMPLER_LETTERS = {"dry": "d", "top_k": "k", "typ_p": "y", "typical_p": "y", "top_p": "p", "top_n_sigma": "s",
-                    "min_p": "m", "temperature": "t", "xtc": "x", "penalties": "e"}
-_CHAIN = "kpmt"
+                    "min_p": "m", "temperature": "t", "xtc": "x", "infill": "i", "penalties": "e"}
+_CHAIN = "kpmti"
+# A sampler left out of ``samplers`` is off, as in llama.cpp's chain (no temperature: 1).
+_LEFT_OUT = {"k": ("top_k", 0), "p": ("top_p", 1.0), "m": ("min_p", 0.0), "t": ("temperature", 1.0)}
 
 # Length fields, in the order they are looked at.
 _LENGTH = ("max_completion_tokens", "max_tokens", "n_predict")
@@ -111,7 +113,7 @@ def known_fields(kind: str) -> frozenset[str]:
     """The top-level fields an endpoint takes (``kind``: "chat", "completions" or "completion");
     llama-server's flat ``speculative.KEY`` fields come on top of these."""
     return frozenset(_HONOURED | set(_UNSUPPORTED) | set(_LLAMA_OFF) | set(_LLAMA_TUNING) | {PROMPT_FIELD[kind]}
-                     | (_INFILL if kind == "infill" else set()))
+                     | (_INFILL if kind == "infill" else set()) | ({"response_fields"} if kind in NATIVE else set()))
 
 
 def _neutral(value, allowed: tuple) -> bool:
@@ -162,12 +164,18 @@ def check_request(body: dict, kind: str) -> None:
     if body.get("parallel_tool_calls") is not None and not isinstance(body["parallel_tool_calls"], bool):
         raise ApiError(400, "parallel_tool_calls must be true or false", param="parallel_tool_calls")
     if body.get("samplers") is not None:
-        _check_samplers(body["samplers"])
+        _samplers(body["samplers"])
 
 
-def _check_samplers(samplers: object) -> None:
-    """llama-server's ``samplers`` (a string of letters or a list of names): accepted when it
-    keeps this server's chain, top-k, top-p, min-p, temperature, in that order."""
+def _samplers(samplers: object) -> dict:
+    """llama-server's ``samplers`` (a string of letters or a list of names): the settings it
+    changes. This server's chain is top-k, top-p, min-p, temperature, then llama.cpp's infill
+    sampler; a list keeps their order, and one it leaves out is off (as llama.cpp leaves it
+    out of its chain), the infill sampler on when named.
+
+    Raises:
+        ApiError: a sampler not known here, or out of that order (400).
+    """
     if isinstance(samplers, str):
         letters = samplers
         bad = [c for c in letters if c not in _SAMPLER_LETTERS.values()]
@@ -178,9 +186,11 @@ def _check_samplers(samplers: object) -> None:
         raise ApiError(400, "samplers must be a string of letters or a list of names", param="samplers")
     if bad:
         raise ApiError(400, f"samplers: {', '.join(map(repr, bad))} not known here", param="samplers")
-    if "".join(c for c in letters if c in _CHAIN) != _CHAIN:
-        raise ApiError(400, "samplers: localspec serve applies top_k, top_p, min_p, temperature in that order "
-                            "(turn one off with its own field, e.g. top_k 0)", param="samplers")
+    ours = "".join(c for c in letters if c in _CHAIN)
+    if ours != "".join(c for c in _CHAIN if c in ours):
+        raise ApiError(400, "samplers: localspec serve applies top_k, top_p, min_p, temperature, infill in that "
+                            "order (leave one out to turn it off)", param="samplers")
+    return {name: off for c, (name, off) in _LEFT_OUT.items() if c not in ours} | {"infill": "i" in ours}
 
 
 def logprobs(body: dict, kind: str) -> int | None:
@@ -217,6 +227,20 @@ def logprobs(body: dict, kind: str) -> int | None:
     if top is not None and not wanted:
         raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
     return (top or 0) if wanted else None
+
+
+def response_fields(body: dict) -> list[str]:
+    """llama-server's ``response_fields``: the paths (``"timings/prompt_n"``) a native answer
+    keeps; [] keeps all.
+
+    Raises:
+        ApiError: not a list of strings (400).
+    """
+    value = body.get("response_fields") or []
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise ApiError(400, 'response_fields must be a list of paths such as "timings/prompt_n"',
+                       param="response_fields")
+    return value
 
 
 def id_slot(body: dict, slots: int) -> int:
@@ -267,6 +291,8 @@ def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tup
     for name in SAMPLING:
         if body.get(name) is not None:
             values[name] = body[name]
+    if body.get("samplers") is not None:
+        values.update(_samplers(body["samplers"]))
     length_name, values["max_tokens"] = _length(body, n_ctx - n_prompt)
     stop = body.get("stop")
     if stop is not None:
@@ -275,8 +301,10 @@ def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tup
     values.update(spec_values)
     values.update(_localspec_fields(body.get("localspec"), drafters))
     names.setdefault("cascade", "localspec.cascade")
-    if body.get("n_indent") is not None:
-        values["n_indent"] = body["n_indent"]
+    names["infill"] = "samplers"
+    for name in ("n_indent", "t_max_predict_ms"):
+        if body.get(name) is not None:
+            values[name] = body[name]
     if n_logprobs is not None:
         values["logprobs"] = n_logprobs
         names["logprobs"] = "logprobs"
