@@ -96,7 +96,7 @@ def serve(**opts) -> None:
     Up to --parallel requests are generated together (slots), the rest wait in arrival order;
     whatever model name they send, the loaded pair answers. Each
     response carries `usage` and llama-server-style `timings`; llama-server's /props, /slots,
-    /tokenize, /detokenize and /completion are served too; GET /metrics has Prometheus
+    /tokenize, /detokenize, /completion and /infill (editors) are served too; GET /metrics has Prometheus
     metrics. The sampling and drafting flags set the defaults of requests that leave them out.
     Every option can also be set as LOCALSPEC_<OPTION> (LOCALSPEC_PORT=8081, LOCALSPEC_CTX=8192).
 
