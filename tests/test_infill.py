@@ -225,3 +225,18 @@ def test_t_max_predict_ms_ends_the_answer_at_a_new_line(qwen):
     out = request(qwen, "POST", "/infill", body | {"t_max_predict_ms": 0.001})[2]
     assert out["stop_type"] == "limit" and out["content"].endswith("\n") and out["content"].count("\n") == 1
     assert free["content"].startswith(out["content"])
+
+
+def test_the_bench_cuts_function_bodies_out_of_the_sources():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_infill.py"
+    spec = importlib.util.spec_from_file_location("bench_infill", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    got = bench.cases(4, 500)
+    assert len(got) == 4 and len({c["name"] for c in got}) == 4
+    for c in got:
+        assert c["indent"] >= 4 and c["prefix"].endswith(" " * c["indent"]) and len(c["prefix"]) <= 500
+        assert c["suffix"] == "" or not c["suffix"].startswith(" " * (c["indent"] + 1))
