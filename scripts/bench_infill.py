@@ -8,8 +8,9 @@ before it and after it (up to ``--context`` characters each side) make the FIM p
 the end of the block (``n_indent``: the body's indentation) or at ``-n`` tokens. Greedy;
 settings alternate within each round (a slow spell of the shared machine hits all alike);
 each setting's first run on a case warms it and is not counted. Reported per case: each
-setting's median tok/s and whether its answer is the target's; overall: the median over
-cases of each setting's tok/s over the target's.
+setting's median tok/s and whether its answer is the target's (where not: where they part,
+and whether at a near-tie of batch rounding, as `localspec compare` judges it); overall: the
+median over cases of each setting's tok/s over the target's.
 
     python scripts/bench_infill.py -m .cache/models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \\
         --cases 6 --runs 5 --threads 2 --out docs/bench/infill-qwen-coder-0.5b.json
@@ -27,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from localspec.chat.comparison import near_tie, where_they_part  # noqa: E402
 from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig  # noqa: E402
 from localspec.server.infill import fim_prompt  # noqa: E402
 
@@ -82,21 +84,25 @@ def main(argv: list[str] | None = None) -> int:
         for case in cases(a.cases, a.context):
             prompt = fim_prompt(e.target_model, case["prefix"], case["suffix"], n_ctx=8192)
             tps: dict[str, list[float]] = {name: [] for name in settings}
-            texts: dict[str, str] = {}
+            ids: dict[str, tuple[int, ...]] = {}
             for r in range(a.runs + 1):
                 names = list(settings)
                 for name in names[r % len(names):] + names[:r % len(names)]:
                     spec = RunSpec(drafter=settings[name], sampling=greedy, max_tokens=a.n, n_indent=case["indent"])
                     done = list(e.run(prompt, spec))[-1]
-                    texts[name] = done.text
+                    ids[name] = done.token_ids
                     if r:
                         tps[name].append(done.summary.tokens_per_second)
             med = {name: statistics.median(v) for name, v in tps.items()}
-            results.append({"case": case["name"], "prompt_tokens": len(prompt),
-                            "tokens": len(e.target_model.tokenize(texts["target"], add_special=False)),
+            parted = {}
+            for k in settings:
+                if ids[k] != ids["target"]:   # where, how close the two tokens were, the batch rounding there
+                    i, gap, rounding = where_they_part(e, prompt, ids["target"], ids[k])
+                    parted[k] = {"at": i, "gap": gap, "rounding": rounding, "near_tie": near_tie(gap, rounding)}
+            results.append({"case": case["name"], "prompt_tokens": len(prompt), "tokens": len(ids["target"]),
                             "median_tps": med, "over_target": {k: round(v / med["target"], 3) for k, v in med.items()},
-                            "identical_to_target": {k: texts[k] == texts["target"] for k in settings},
-                            "tps": tps})
+                            "identical_to_target": {k: ids[k] == ids["target"] for k in settings},
+                            "parted": parted, "tps": tps})
             print(f"{case['name']}: " + ", ".join(f"{k} {v:.1f} tok/s" for k, v in med.items()), file=sys.stderr)
     overall = {k: round(statistics.median(r["over_target"][k] for r in results), 3) for k in settings}
     out = {"what": "fill in the middle, greedy, n_indent at the cut body's indentation; alternating runs",
