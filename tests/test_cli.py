@@ -78,7 +78,7 @@ def test_compare(tiny_target, tiny_draft):
     (["--draft-max", "-2"], "--draft-max"),
     (["--top-p", "1.5"], "--top-p"),
     (["--draft-min", "5", "--draft-max", "3"], "--draft-min"),
-    (["-n", "0"], "--max-tokens"),
+    (["-n", "-1"], "--max-tokens"),
     (["--ctx", "abc"], "--ctx"),
 ])
 def test_bad_flag_values(tiny_target, tiny_draft, args, match):

@@ -300,3 +300,27 @@ def test_a_lookup_learns_which_match_lengths_are_right_and_a_gate_skips_the_othe
     d.draft(context + [20, 21, 22], 2, GREEDY, rng)
     d.prefill([5, 6])
     assert not d._pending
+
+
+def test_no_tokens_asked_reads_the_prompt_only(tiny_target):
+    """max_tokens 0 (llama-server's n_predict 0, an editor's cache warm-up): the prompt is read
+    and kept, nothing is generated; in a slot as in a single run."""
+    from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec
+
+    engine = make_engine(tiny_target, drafter="none")
+    try:
+        tokens = engine.tokenize("The quick brown fox")
+        done, events = run_to_done(engine, tokens, max_tokens=0, speculative=False)
+        assert done.token_ids == () and done.stop_reason is StopReason.MAX_TOKENS
+        assert not [e for e in events if isinstance(e, Token)]
+        again, _ = run_to_done(engine, tokens, max_tokens=2, speculative=False)
+        assert again.summary.n_cached == len(tokens) - 1
+    finally:
+        engine.close()
+    slots = Engine(EngineConfig(target=str(tiny_target), n_ctx=128, threads=1, remember=False, parallel=2))
+    try:
+        g = slots.runner().start(tokens, RunSpec(drafter=DrafterKind.NONE, max_tokens=0))
+        slots.runner().run_all()
+        assert g.done.token_ids == () and g.done.stop_reason is StopReason.MAX_TOKENS
+    finally:
+        slots.close()

@@ -240,3 +240,16 @@ def test_the_bench_cuts_function_bodies_out_of_the_sources():
     for c in got:
         assert c["indent"] >= 4 and c["prefix"].endswith(" " * c["indent"]) and len(c["prefix"]) <= 500
         assert c["suffix"] == "" or not c["suffix"].startswith(" " * (c["indent"] + 1))
+
+
+def test_llama_vims_cache_warm_up_reads_the_extra_context_for_the_next_completion(qwen):
+    extra = [{"text": "def sub(a, b):\n    return a - b\n", "time": 1.0, "filename": "util.py"}]
+    warm = {"id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": extra, "prompt": "",
+            "n_predict": 0, "temperature": 0.0, "samplers": [], "stream": False, "cache_prompt": True,
+            "t_max_prompt_ms": 1, "t_max_predict_ms": 1, "response_fields": [""]}
+    status, _, out = request(qwen, "POST", "/infill", warm)
+    assert status == 200 and out == {}
+    fim = warm | {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 8,
+                  "samplers": ["top_k", "top_p", "infill"], "response_fields": ["content", "timings/cache_n"]}
+    out = request(qwen, "POST", "/infill", fim)[2]
+    assert out["timings/cache_n"] > 10

@@ -149,7 +149,6 @@ def test_flat_speculative_fields_set_the_run(tiny):
     ({"speculative": {"n_max": 4}, "speculative.n_max": 4}, "speculative.n_max", "sent twice"),
     ({"speculative": {"draft_max": 4, "n_max": 4}}, "speculative.n_max", "set the same thing"),
     ({"n_predict": 5, "max_tokens": 6}, "n_predict", "disagree"),
-    ({"n_predict": 0}, "n_predict", "n_predict must be at least 1"),
     ({"cache_prompt": "yes"}, "cache_prompt", "true or false"),
     ({"id_slot": 3}, "id_slot", "one slot"),
 ])
@@ -161,6 +160,14 @@ def test_bad_llama_server_fields(tiny, body, param, match):
 
 def test_n_predict(tiny):
     assert complete(tiny, n_predict=5)["usage"]["completion_tokens"] == 5
+    # 0: llama-server's endpoints read the prompt only (an editor's cache warm-up); OpenAI's refuse it
+    warm = request(tiny, "POST", "/completion", {"prompt": PROMPT + " and more", "n_predict": 0,
+                                                 "response_fields": ["content", "tokens_predicted"]})[2]
+    assert warm == {"content": "", "tokens_predicted": 0}
+    assert complete(tiny, max_tokens=3, prompt=PROMPT + " and more")["timings"]["cache_n"] > 0
+    for field in ("n_predict", "max_tokens"):
+        status, _, out = request(tiny, "POST", "/v1/completions", {"prompt": "hi", field: 0})
+        assert_error(status, out, 400, field, f"{field} must be at least 1")
     assert complete(tiny, n_predict=5, max_tokens=5)["usage"]["completion_tokens"] == 5   # agreeing is fine
     with serving(tiny.ctx.engine.config.target, drafter="none", n_ctx=48) as small:
         for field in ("n_predict", "max_tokens"):                # -1, llama-server's "no limit": the room left

@@ -253,7 +253,7 @@ def generation_options(default_temp: float):
         click.option("--chat", is_flag=True, help="Wrap the prompt in the model's chat template."),
         click.option("--system", metavar="TEXT", help="System message (with --chat)."),
         click.option("-n", "--max-tokens", type=int, default=_SPEC.max_tokens, show_default=True,
-                     help="Most tokens to generate."),
+                     help="Most tokens to generate (0: read the prompt only)."),
         click.option("--stop", multiple=True, metavar="TEXT", help="Stop string (repeatable)."),
         sampling_options(default_temp),
         hardware_options(),

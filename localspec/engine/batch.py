@@ -407,8 +407,11 @@ class BatchRunner:
                 g.stats.prompt(len(g.prompt), n_cached, t_gen - t0)
                 g._put(PromptProcessed(len(g.prompt), n_cached, t_gen - t0))
                 t1 = time.perf_counter()
-                first = int(x[0].argmax()) if g.greedy else self._dist(LogitRows(x), 0, g.sampling).sample(g.rng)
-                emitted = g.emit([first], [Origin.TARGET], x)
+                if g.spec.max_tokens == 0:     # the prompt only (a cache warm-up)
+                    g.reason, emitted = StopReason.MAX_TOKENS, 0
+                else:
+                    first = int(x[0].argmax()) if g.greedy else self._dist(LogitRows(x), 0, g.sampling).sample(g.rng)
+                    emitted = g.emit([first], [Origin.TARGET], x)
                 step = Step(0, 0, 0, 0, emitted, 0.0, time.perf_counter() - t1, g.policy.drafting, verify_batch=0)
                 g.stats.step(step)
                 g._put(step)

@@ -114,10 +114,12 @@ class Generator:
         n_vocab = model.n_vocab
         out = _Output(list(prompt), model, stop, max_tokens, stats, t_start, spec.n_indent, spec.t_max_predict_ms)
         tokens = out.tokens            # the whole sequence; its last token is not in the cache yet
+        if max_tokens == 0:            # the prompt only (llama-server's n_predict 0: a cache warm-up)
+            out.reason = StopReason.MAX_TOKENS
 
         # -- first token: from the prompt's logits, before the drafter reads the prompt --
         step_index = 0
-        if self.first_from_prompt:
+        if self.first_from_prompt and out.reason is None:
             t0 = time.perf_counter()
             if grammar is not None:
                 first = grammar.verify(first_rows, [], None, sampling, n_vocab, rng)[1]

@@ -106,7 +106,7 @@ class RunSpec:
 
     def validate(self) -> RunSpec:
         """Raise :class:`SpecError` for the first value out of range; return self."""
-        _int_at_least("max_tokens", self.max_tokens, 1)
+        _int_at_least("max_tokens", self.max_tokens, 0)   # (0: the prompt is read, and cached, only)
         _int_at_least("draft_max", self.draft_max, 1)
         _int_at_least("draft_min", self.draft_min, 1)
         if self.draft_min > self.draft_max:

@@ -289,7 +289,7 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
         if n_logprobs is not None and plan.calls is not None:
             raise ApiError(400, "logprobs do not come with tools here: leave one out", param="logprobs")
         spec = translate.run_spec(body, ctx.base, len(prompt), ctx.engine.target_ctx.n_ctx, ctx.engine.drafters,
-                                  n_logprobs)
+                                  n_logprobs, kind)
         spec = tools.constrain(spec, plan, ctx.engine.target_model)
         fields = translate.response_fields(body) if kind in translate.NATIVE else []
         stream = bool(body.get("stream"))

@@ -277,9 +277,10 @@ def include_usage(body: dict) -> bool:
 
 
 def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tuple[DrafterKind, ...],
-             n_logprobs: int | None = None) -> RunSpec:
+             n_logprobs: int | None = None, kind: str = "completions") -> RunSpec:
     """The RunSpec a request asks for: the server's defaults with the request's values on top
-    (``n_logprobs``: what :func:`logprobs` read).
+    (``n_logprobs``: what :func:`logprobs` read). A length of 0 reads the prompt only, on
+    llama-server's endpoints (a cache warm-up); OpenAI's take 1 at least.
 
     Without max_tokens the answer may fill the context (as with OpenAI and llama-server).
     """
@@ -294,6 +295,8 @@ def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tup
     if body.get("samplers") is not None:
         values.update(_samplers(body["samplers"]))
     length_name, values["max_tokens"] = _length(body, n_ctx - n_prompt)
+    if values["max_tokens"] == 0 and kind not in NATIVE:
+        raise ApiError(400, f"{length_name} must be at least 1 (got 0)", param=length_name)
     stop = body.get("stop")
     if stop is not None:
         values["stop"] = (stop,) if isinstance(stop, str) else tuple(stop) if isinstance(stop, list) else (stop,)
