@@ -178,7 +178,7 @@ def test_what_llama_vscode_and_llama_vim_send_is_answered(qwen):
     settings = out["generation_settings"]
     assert settings["temperature"] == 1.0 and settings["min_p"] == 0.0 and settings["top_k"] == 40
     assert out["content"] and all(line.startswith("    ") for line in out["content"].split("\n")[1:] if line)
-    vim = vscode | {"samplers": ["top_k", "top_p", "infill"],
+    vim = vscode | {"id_slot": 0, "stop": [], "top_p": 0.90, "samplers": ["top_k", "top_p", "infill"],
                     "response_fields": ["content", "timings/prompt_n", "timings/predicted_n", "truncated",
                                         "tokens_cached", "no/such"]}
     status, _, out = request(qwen, "POST", "/infill", vim)
