@@ -10,8 +10,9 @@ Every top-level field a request sends is one of :func:`known_fields`: a field th
 honours, or an option it does not implement sent at its neutral ("off") value. Anything else
 is a 400 naming the field. llama-server's own per-request fields are honoured under their
 names: the flat ``speculative.n_max`` / ``speculative.n_min`` / ``speculative.p_min``,
-``n_predict``, ``cache_prompt``, ``id_slot``, ``n_indent``, ``n_probs`` and (``/completion``,
-``/infill``) ``return_tokens``.
+``n_predict``, ``cache_prompt``, ``id_slot``, ``n_indent``, ``n_probs``, ``t_max_predict_ms``
+and (``/completion``, ``/infill``) ``return_tokens`` and ``response_fields``;
+``t_max_prompt_ms`` is taken as llama-server takes it, without effect.
 """
 
 from __future__ import annotations
@@ -295,7 +296,7 @@ def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tup
     if body.get("samplers") is not None:
         values.update(_samplers(body["samplers"]))
     length_name, values["max_tokens"] = _length(body, n_ctx - n_prompt)
-    if values["max_tokens"] == 0 and kind not in NATIVE:
+    if values["max_tokens"] == 0 and not isinstance(values["max_tokens"], bool) and kind not in NATIVE:
         raise ApiError(400, f"{length_name} must be at least 1 (got 0)", param=length_name)
     stop = body.get("stop")
     if stop is not None:
