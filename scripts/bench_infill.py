@@ -108,11 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     out = {"what": "fill in the middle, greedy, n_indent at the cut body's indentation; alternating runs",
            "model": a.model, "draft": a.draft, "runs": a.runs, "threads": a.threads, "max_tokens": a.n,
            "median_over_target": overall, "results": results}
-    text = json.dumps(out, indent=1)
-    if a.out:
+    print(json.dumps(out, indent=1))
+    if a.out:   # (the JSON the docs cite)
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n")
-    print(text)
+        with a.out.open("w") as f:
+            json.dump(out, f, indent=1)
     return 0
 
 
