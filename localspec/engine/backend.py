@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import BadInput, LocalspecError
 from .kv_cache import CACHE_TYPES
 from .outputs import DeviceChain, LogitRows, Rows, SampledRows
+from .sampling import Dist, infill
 
 T = TypeVar("T")
 DEVICE_ROWS_MAX = 64   # output rows a backend sampler covers in one decode (a verify batch)
@@ -393,10 +394,8 @@ class Model(NativeHandle):
     def is_eog(self, token: int) -> bool:
         return bool(self._eog[token])
 
-    def infilled(self, p):
+    def infilled(self, p: Dist) -> Dist:
         """``p`` through llama.cpp's infill sampler with this vocabulary (:func:`.sampling.infill`)."""
-        from .sampling import infill
-
         return infill(p, self.is_eog, self.piece, self.eot if self.eot >= 0 else self.eos)
 
     @property

@@ -36,12 +36,12 @@ from ..errors import BadInput, ContextOverflow, LocalspecError
 from .backend import Context
 from .drafters import NgramDrafter, common_prefix, pick
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
-from .outputs import LogitRows, token_logprobs
+from .outputs import LogitRows, target_dist, token_logprobs
 from .policy.batch import BatchGuard
 from .sampling import Dist, speculative_accept
 from .spec import DrafterKind, RunSpec
 from .stats import StatsRecorder
-from .text import TextStream
+from .text import TextStream, stop_after
 
 BATCHED = (DrafterKind.NONE, DrafterKind.MODEL, DrafterKind.NGRAM)
 _PLAIN = (Origin.TARGET,)
@@ -233,15 +233,9 @@ class Generation:
                 self.stats.first_token(self.t_first - self.t_start)
             put(Token(tok, piece, origin) if n_lp is None or rows is None
                 else Token(tok, piece, origin, *token_logprobs(rows[i], tok, n_lp)))
-            if self.text.stopped:
-                self.reason = StopReason.INDENT if self.text.indented else StopReason.STOP_STRING
-                break
-            t_max = self.spec.t_max_predict_ms
-            if t_max and "\n" in piece and (time.perf_counter() - self.t_first) * 1000.0 > t_max:
-                self.reason = StopReason.TIME_LIMIT
-                break
-            if len(self.generated) >= self.spec.max_tokens:
-                self.reason = StopReason.MAX_TOKENS
+            self.reason = stop_after(self.text, piece, len(self.generated), self.spec.max_tokens, self.t_first,
+                                     self.spec.t_max_predict_ms)
+            if self.reason is not None:
                 break
         return emitted
 
@@ -410,7 +404,8 @@ class BatchRunner:
                 if g.spec.max_tokens == 0:     # the prompt only (a cache warm-up)
                     g.reason, emitted = StopReason.MAX_TOKENS, 0
                 else:
-                    first = int(x[0].argmax()) if g.greedy else self._dist(LogitRows(x), 0, g.sampling).sample(g.rng)
+                    first = (int(x[0].argmax()) if g.greedy
+                             else target_dist(LogitRows(x), 0, g.sampling, self.model).sample(g.rng))
                     emitted = g.emit([first], [Origin.TARGET], x)
                 step = Step(0, 0, 0, 0, emitted, 0.0, time.perf_counter() - t1, g.policy.drafting, verify_batch=0)
                 g.stats.step(step)
@@ -559,7 +554,7 @@ class BatchRunner:
 
                 def p_at(i: int, lr=lr, cache=cache, cfg=g.sampling) -> Dist:
                     if i not in cache:
-                        cache[i] = self._dist(lr, i, cfg)
+                        cache[i] = target_dist(lr, i, cfg, self.model)
                     return cache[i]
 
                 q = dists if dists is not None else [Dist.onehot(t) for t in toks]
@@ -592,11 +587,6 @@ class BatchRunner:
             for g in live:
                 if not g.finished:
                     g.stats.note(note)
-
-    def _dist(self, rows: LogitRows, i: int, cfg) -> Dist:
-        """The target's distribution at row ``i`` (through the infill sampler when asked for)."""
-        p = rows.dist(i, cfg)
-        return self.model.infilled(p) if cfg.infill else p
 
     def _draft_all(self, plan) -> list[tuple[list[int], list[Dist] | None, int]]:
         """Each planned slot's draft: (tokens, their distributions or None, decodes)."""

@@ -21,12 +21,12 @@ from .backend import Context, Rollback
 from .drafters import Draft, Drafter, ModelDrafter, NoDrafter, common_prefix
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
 from .grammar import Grammar
-from .outputs import chain_for, token_logprobs
+from .outputs import chain_for, target_dist, token_logprobs
 from .policy import Policy
 from .sampling import Dist, speculative_accept
 from .spec import RunSpec
 from .stats import StatsRecorder
-from .text import TextStream
+from .text import TextStream, stop_after
 
 
 class Generator:
@@ -124,7 +124,8 @@ class Generator:
             if grammar is not None:
                 first = grammar.verify(first_rows, [], None, sampling, n_vocab, rng)[1]
             else:
-                first = first_rows.argmax(0) if sampling.greedy else _dist(first_rows, 0, sampling, model).sample(rng)
+                first = (first_rows.argmax(0) if sampling.greedy
+                         else target_dist(first_rows, 0, sampling, model).sample(rng))
             t_first = time.perf_counter() - t0
             lps = None if n_lp is None else [token_logprobs(first_rows.x[0], first, n_lp)]
             emitted = yield from out.emit([first], [Origin.TARGET], lps)
@@ -209,7 +210,7 @@ class Generator:
 
                 def p_at(i: int, rows=rows, cache=cache) -> Dist:
                     if i not in cache:
-                        cache[i] = _dist(rows, i, sampling, model)
+                        cache[i] = target_dist(rows, i, sampling, model)
                     return cache[i]
 
                 q = d.dists if d.dists is not None else [Dist.onehot(t) for t in drafts]
@@ -279,7 +280,7 @@ class _Output:
         self.tokens = tokens
         self.generated: list[int] = []
         self.text = TextStream(list(stop), n_indent)
-        self._t_max = t_max_predict_ms / 1000.0
+        self._t_max = t_max_predict_ms
         self._t_first = 0.0
         self.reason: StopReason | None = None
         self.message = ""
@@ -304,22 +305,10 @@ class _Output:
                 self._t_first = time.perf_counter()
                 self._stats.first_token(self._t_first - self._t_start)
             yield Token(tok, piece, origin) if lps is None else Token(tok, piece, origin, *lps[i])
-            if self.text.stopped:
-                self.reason = StopReason.INDENT if self.text.indented else StopReason.STOP_STRING
-                break
-            if self._t_max and "\n" in piece and time.perf_counter() - self._t_first > self._t_max:
-                self.reason = StopReason.TIME_LIMIT
-                break
-            if len(self.generated) >= self._max:
-                self.reason = StopReason.MAX_TOKENS
+            self.reason = stop_after(self.text, piece, len(self.generated), self._max, self._t_first, self._t_max)
+            if self.reason is not None:
                 break
         return emitted
-
-
-def _dist(rows, i: int, sampling, model) -> Dist:
-    """The target's distribution at row ``i`` (through the infill sampler when asked for)."""
-    p = rows.dist(i, sampling)
-    return model.infilled(p) if sampling.infill else p
 
 
 def _rollback_snapshot(tgt: Context, drafter: Drafter) -> dict:

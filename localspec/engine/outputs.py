@@ -117,6 +117,13 @@ _NEAR = 8.0       # logits this close to the best are searched first for the top
 _FLOOR = -9999.0  # a token the model rules out (a -inf logit): OpenAI's figure for it, JSON has no -inf
 
 
+def target_dist(rows: Rows, i: int, cfg: SamplingConfig, model) -> Dist:
+    """The target's distribution at row ``i``: the settings' chain, then llama.cpp's infill
+    sampler with ``model``'s vocabulary when they ask for it (the one place a draw goes through it)."""
+    p = rows.dist(i, cfg)
+    return model.infilled(p) if cfg.infill else p
+
+
 class LogitRows:
     """Full rows of logits (a numpy view of llama.cpp's buffer, valid until the next decode)."""
 

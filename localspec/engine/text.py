@@ -4,6 +4,9 @@ answer ended before an under-indented line (code completion)."""
 from __future__ import annotations
 
 import codecs
+import time
+
+from .events import StopReason
 
 
 class TextStream:
@@ -88,3 +91,18 @@ class TextStream:
                 col = 0 if c == "\n" else None
         self._col = col
         return s
+
+
+def stop_after(text: TextStream, piece: str, generated: int, max_tokens: int, t_first: float,
+               t_max_ms: float) -> StopReason | None:
+    """Why an answer ends after a token that released ``piece`` (None: it goes on): the text
+    stopped (a stop string, a line indented too little), a new line past ``t_max_ms`` since
+    the first token (``t_first``, perf_counter seconds; 0: no limit), or ``max_tokens``. The
+    one rule for a single run and for slots."""
+    if text.stopped:
+        return StopReason.INDENT if text.indented else StopReason.STOP_STRING
+    if t_max_ms and "\n" in piece and (time.perf_counter() - t_first) * 1000.0 > t_max_ms:
+        return StopReason.TIME_LIMIT
+    if generated >= max_tokens:
+        return StopReason.MAX_TOKENS
+    return None
