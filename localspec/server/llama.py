@@ -11,7 +11,7 @@ from __future__ import annotations
 from .. import __version__
 from ..engine import Done, Engine, RunSpec, StopReason
 from .errors import ApiError
-from .responses import released, sse, timings, token_text
+from .responses import released, sse, timings, token_entry
 
 # llama.cpp's "no seed given" (LLAMA_DEFAULT_SEED)
 DEFAULT_SEED = 0xFFFFFFFF
@@ -170,8 +170,7 @@ class Native:
         vocab = self.engine.target_model
 
         def entry(i: int, lp: float) -> dict:
-            text, raw = token_text(vocab, i)
-            return {"id": i, "token": text, "bytes": raw, "logprob": lp}
+            return {"id": i} | token_entry(vocab, i, lp)
         return {"completion_probabilities": [
             entry(t.id, t.logprob) | {"top_logprobs": [entry(i, lp) for i, lp in t.top]} for t in tokens]}
 

@@ -74,6 +74,12 @@ def token_text(vocab, token: int) -> tuple[str, list[int]]:
     return raw.decode("utf-8", errors="replace"), list(raw)
 
 
+def token_entry(vocab, token: int, logprob: float) -> dict:
+    """One token's log-probability entry as OpenAI and llama-server word it: text, logprob, bytes."""
+    text, raw = token_text(vocab, token)
+    return {"token": text, "logprob": logprob, "bytes": raw}
+
+
 class Shape:
     """One request's response shape: chat (``chat.completion``) or text (``text_completion``),
     with OpenAI's ``logprobs`` when ``vocab`` (the target model, whose token texts they name)
@@ -94,10 +100,9 @@ class Shape:
         if self.vocab is None:
             return None
         if self.chat:
-            def entry(i: int, lp: float) -> dict:
-                text, raw = token_text(self.vocab, i)
-                return {"token": text, "logprob": lp, "bytes": raw}
-            return {"content": [entry(t.id, t.logprob) | {"top_logprobs": [entry(i, lp) for i, lp in t.top]}
+            v = self.vocab
+            return {"content": [token_entry(v, t.id, t.logprob)
+                                | {"top_logprobs": [token_entry(v, i, lp) for i, lp in t.top]}
                                 for t in tokens], "refusal": None}
         texts = [token_text(self.vocab, t.id)[0] for t in tokens]
         offsets = []
