@@ -108,6 +108,10 @@ def test_n_indent_ends_the_completion_at_the_end_of_the_block(qwen):
     assert out["stop_type"] == "limit" and out["generation_settings"]["n_indent"] == 4
     assert free["content"].startswith(out["content"]) and len(out["content"]) < len(free["content"])
     assert all(line.startswith("    ") for line in out["content"].split("\n")[1:] if line)
+    probs = request(qwen, "POST", "/infill", body | {"n_indent": 4, "n_probs": 1})[2]["completion_probabilities"]
+    # the tokens listed are those whose text the answer holds (the last one's in part, where the cut falls in it)
+    assert "".join(p["token"] for p in probs).startswith(out["content"])
+    assert len("".join(p["token"] for p in probs[:-1])) < len(out["content"])
     assert_error(*request(qwen, "POST", "/infill", body | {"n_indent": -1})[::2], 400, "n_indent", ">= 0")
 
 

@@ -61,8 +61,9 @@ def timings(s: Summary) -> dict:
 
 
 def released(tokens: list[Token], done: Done) -> list[Token]:
-    """The tokens whose text the answer holds: at a stop string, not the ones whose text it cut."""
-    if done.stop_reason is StopReason.STOP_STRING:
+    """The tokens whose text the answer holds: at a stop string or an under-indented line, not
+    the ones whose text was cut."""
+    if done.stop_reason in (StopReason.STOP_STRING, StopReason.INDENT):
         while tokens and not tokens[-1].text:
             tokens = tokens[:-1]
     return tokens
