@@ -243,14 +243,7 @@ def _prompt(ctx: ServerContext, body: dict, kind: str, plan: tools.Plan) -> list
             raise translate.template_error(exc) from None
     n_ctx = engine.target_ctx.n_ctx
     if kind == "infill":
-        for key in ("input_prefix", "input_suffix"):
-            if not isinstance(body.get(key), str):
-                raise ApiError(400, f"{key} is required, a string", param=key)
-        if not isinstance(body.get("prompt", ""), str):
-            raise ApiError(400, "prompt must be a string (the text the answer starts with)", param="prompt")
-        return infill.fim_prompt(engine.target_model, body["input_prefix"], body["input_suffix"],
-                                 prompt=body.get("prompt", ""), extra=infill.extra_chunks(body.get("input_extra")),
-                                 n_ctx=n_ctx, n_predict=translate.n_predict(body))
+        return infill.request_prompt(engine.target_model, body, n_ctx, translate.n_predict(body))
     prompt = translate.completion_prompt(body)
     if body.get("suffix"):      # OpenAI's insertion: the answer goes between prompt and suffix
         if not isinstance(prompt, str):
@@ -379,8 +372,9 @@ async def _stream(ctx: ServerContext, job: Job, shape):
                     texts.append(item.text)
                     tokens.append(item)
                     continue
-                if "".join(texts):
-                    yield shape.piece("".join(texts), tokens)
+                text = "".join(texts)
+                if text:
+                    yield shape.piece(text, tokens)
                 finished = True
                 if isinstance(item, ApiError):
                     yield sse(item.body())

@@ -27,6 +27,22 @@ def check_model(model) -> None:
                        code="not_supported")
 
 
+def request_prompt(model, body: dict, n_ctx: int, n_predict: int) -> list[int]:
+    """The prompt of an ``/infill`` request (llama-server's ``input_prefix``, ``input_suffix``,
+    ``input_extra``, ``prompt``).
+
+    Raises:
+        ApiError: a field missing or of the wrong type, or a model without FIM tokens (400).
+    """
+    for key in ("input_prefix", "input_suffix"):
+        if not isinstance(body.get(key), str):
+            raise ApiError(400, f"{key} is required, a string", param=key)
+    if not isinstance(body.get("prompt", ""), str):
+        raise ApiError(400, "prompt must be a string (the text the answer starts with)", param="prompt")
+    return fim_prompt(model, body["input_prefix"], body["input_suffix"], prompt=body.get("prompt", ""),
+                      extra=extra_chunks(body.get("input_extra")), n_ctx=n_ctx, n_predict=n_predict)
+
+
 def extra_chunks(value) -> list[dict]:
     """``input_extra``: a list of ``{"filename": str, "text": str}`` (filename optional).
 
