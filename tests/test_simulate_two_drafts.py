@@ -298,6 +298,20 @@ def test_the_small_drafts_stays_that_lost_time_stop_switches_to_it(scenarios):
     assert on >= 0.97 and on > off + 0.01, (on, off)
 
 
+def test_once_its_stays_lost_time_the_small_draft_is_not_scored(scenarios, monkeypatch):
+    """A score of the small draft after its last stays lost time in all cannot send the pair
+    to it, so none is made: on the real trio's 64-token stretches such scores cost ~6 ms an
+    answer for nothing."""
+    barred_scores, barred_rounds = 0, 0
+    for rounds in _switching_answers(scenarios["trio-mixed-32"], monkeypatch, 10,
+                                     lambda pair, step: (sum(pair._stays) < 0.0, pair.use, step.scored)):
+        for barred, use, scored in rounds:
+            if barred and use == LARGE:
+                barred_rounds += 1
+                barred_scores += scored == SMALL
+    assert barred_rounds >= 50 and barred_scores == 0, (barred_rounds, barred_scores)
+
+
 def test_after_a_stay_that_saved_time_the_pair_finds_the_next_easy_stretch_soon(scenarios, monkeypatch):
     """On the trio's 128-token stretches the large draft accepts everything, easy or hard, so
     only scores of the small one can tell that an easy stretch came back. Once the small

@@ -19,8 +19,8 @@ does not draft), and otherwise within ``route_budget`` of the time, a share divi
 while its last stays saved time: its easy text may come back). A draft whose costs are not
 known yet drafts a round instead. Once the small draft's last stays (from a switch to it to the
 switch away) lost time in all against the large draft's rate, the failures that end them and
-the return included, scores no longer send the pair to it. The draft in use when an answer ends
-starts the next.
+the return included, it is no longer scored (no score could send the pair to it). The draft in
+use when an answer ends starts the next.
 """
 
 from __future__ import annotations
@@ -180,8 +180,8 @@ class PairPolicy:
             self.scores += 1
             other.acc.thin(p.route_prior)
             return idle
-        if self.idle_tokens < (1 if self._due else p.score_min):
-            return use                            # too little missed to score it on
+        if self.idle_tokens < (1 if self._due else p.score_min) or (idle == SMALL and sum(self._stays) < 0.0):
+            return use     # too little missed to score it on, or its stays lost: no score can send the pair to it
         missed = min(self.idle_tokens, _CATCHUP_MAX)
         r_idle = None if self._kept else rate_after_catchup(other, missed, p.route_rounds)
         faster = r_idle is not None and r_idle > r_use * (1.0 + p.route_margin)
