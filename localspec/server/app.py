@@ -3,7 +3,10 @@
 Requests are turned into jobs on the event loop (parsing, chat template, tokenizing: fast,
 and in arrival order); generation happens on the scheduler's worker thread. Besides the
 OpenAI routes, llama-server's own are served in its shapes (:mod:`.llama`): ``/props``,
-``/slots``, ``/tokenize``, ``/detokenize`` and the native ``/completion``.
+``/slots``, ``/tokenize``, ``/detokenize``, the native ``/completion`` (also ``/completions``)
+and ``/infill``; and Anthropic's Messages API (:mod:`.anthropic`): ``/v1/messages`` and
+``/v1/messages/count_tokens``. Like llama-server, the chat route and the model list answer
+without the ``/v1`` too, and the API key may come as ``Authorization: Bearer KEY`` or ``x-api-key``.
 
 A request may name any ``model``: the loaded pair answers it, and the response names the real
 model (``strict_model`` makes another name a 404 instead).
@@ -34,17 +37,18 @@ from starlette.routing import Route
 from ..engine import Done, Engine, RunSpec, StopReason, Token
 from ..engine.template import chat_tokens
 from ..errors import LocalspecError
-from . import infill, llama, tools, translate
+from . import anthropic, infill, llama, tools, translate
 from .errors import ApiError
 from .live import LiveState
 from .metrics import Metrics
-from .responses import Shape, sse
+from .responses import Shape
 from .scheduler import Channel, Job, Scheduler
 
 log = logging.getLogger("localspec.server")
 
-_ENDPOINTS = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/completion": "completion",
-              "/infill": "infill"}
+_ENDPOINTS = {"/v1/chat/completions": "chat", "/chat/completions": "chat", "/v1/completions": "completions",
+              "/completion": "completion", "/completions": "completion", "/infill": "infill",
+              "/v1/messages": "messages"}
 
 # Origins allowed without --cors: pages served from this machine, any port.
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
@@ -72,7 +76,7 @@ class ServerContext:
     def refused(self, endpoint: str, error: ApiError) -> Response:
         self.metrics.request(endpoint, error.outcome)
         self.live.refused(error.outcome)
-        return error.response()
+        return _render(endpoint)(error)
 
 
 def build_app(ctx: ServerContext):
@@ -132,6 +136,17 @@ def build_app(ctx: ServerContext):
     async def completions(request: Request) -> Response:
         return await _generate(ctx, request, "completions")
 
+    async def messages(request: Request) -> Response:
+        return await _generate(ctx, request, "messages")
+
+    async def count_tokens(request: Request) -> Response:
+        try:
+            chat = anthropic.to_chat(translate.parse_json(await _read_body(request, ctx.max_body)), count=True)
+            plan = tools.plan(chat, ctx.engine.target_model.chat_template(), chat=True)
+            return JSONResponse({"input_tokens": len(_prompt(ctx, chat, "chat", plan))})
+        except ApiError as err:
+            return anthropic.error_response(err)
+
     async def http_error(request: Request, exc: HTTPException) -> Response:
         return ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}").response()
 
@@ -145,10 +160,15 @@ def build_app(ctx: ServerContext):
         Route("/health", health),
         Route("/v1/health", health),
         Route("/v1/models", models),
+        Route("/models", models),
         Route("/v1/models/{name:path}", model),
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/completion", completion, methods=["POST"]),
+        Route("/completions", completion, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/infill", infill, methods=["POST"]),
         Route("/props", props),
         Route("/slots", slots),
@@ -190,8 +210,9 @@ class Cors(CORSMiddleware):
 
 
 class Guard:
-    """The layer inside :class:`Cors`: the API key on every route but /health and /v1/health,
-    and the last word on failures, so that no traceback reaches a client or the log."""
+    """The layer inside :class:`Cors`: the API key (``Authorization: Bearer KEY``, or
+    ``x-api-key: KEY`` as Anthropic's clients send it) on every route but /health and
+    /v1/health, and the last word on failures, so that no traceback reaches a client or the log."""
 
     def __init__(self, app, ctx: ServerContext):
         self.app, self.ctx = app, ctx
@@ -201,12 +222,17 @@ class Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         if self._key is not None and scope["path"] not in _OPEN:
-            scheme, _, key = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(key.strip(), self._key):
-                err = ApiError(401, "missing or wrong API key: send Authorization: Bearer KEY",
+            headers = dict(scope["headers"])
+            scheme, _, key = headers.get(b"authorization", b"").partition(b" ")
+            if scheme.lower() != b"bearer":
+                key = headers.get(b"x-api-key", b"")
+            if not hmac.compare_digest(key.strip(), self._key):
+                err = ApiError(401, "missing or wrong API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
                                code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
                 endpoint = _ENDPOINTS.get(scope["path"])
-                response = self.ctx.refused(endpoint, err) if endpoint else err.response()
+                anthropic_route = scope["path"].startswith("/v1/messages")
+                response = (self.ctx.refused(endpoint, err) if endpoint
+                            else anthropic.error_response(err) if anthropic_route else err.response())
                 return await response(scope, receive, send)
         try:
             await self.app(scope, receive, send)
@@ -214,6 +240,11 @@ class Guard:
             pass
         except Exception as exc:   # already answered with a 500 by the app's handler
             log.error("%s %s failed: %s: %s", scope.get("method"), scope["path"], type(exc).__name__, exc)
+
+
+def _render(endpoint: str | None):
+    """How an endpoint words an error response: Anthropic's shape on /v1/messages, else OpenAI's."""
+    return anthropic.error_response if endpoint == "messages" else ApiError.response
 
 
 def _unknown_model(name, served: str) -> ApiError:
@@ -267,9 +298,13 @@ async def _utility(ctx: ServerContext, request: Request, answer) -> Response:
 
 
 async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response:
-    """Parse, queue, and answer one chat, text or llama-server completion, streamed or whole."""
+    """Parse, queue, and answer one chat, text, llama-server or Anthropic completion, streamed
+    or whole (``kind``: the endpoint's metrics label; a Messages request is answered as a chat)."""
+    endpoint = kind
     try:
         body = translate.parse_json(await _read_body(request, ctx.max_body))
+        if kind == "messages":
+            body, kind = anthropic.to_chat(body), "chat"
         translate.check_request(body, kind)
         name = body.get("model")
         if name is not None and not isinstance(name, str):
@@ -286,13 +321,16 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
         spec = tools.constrain(spec, plan, ctx.engine.target_model)
         fields = translate.response_fields(body) if kind in translate.NATIVE else []
         stream = bool(body.get("stream"))
-        job = Job(kind, prompt, spec, Channel(asyncio.get_running_loop()), stream=stream,
+        job = Job(endpoint, prompt, spec, Channel(asyncio.get_running_loop()), stream=stream,
                   cache_prompt=translate.cache_prompt(body), slot=translate.id_slot(body, ctx.engine.parallel),
                   tokens=(stream and kind in translate.NATIVE) or n_logprobs is not None)
         ctx.scheduler.submit(job)
     except ApiError as err:
-        return ctx.refused(kind, err)
-    if kind in translate.NATIVE:
+        return ctx.refused(endpoint, err)
+    if endpoint == "messages":
+        shape = anthropic.MessageShape(job.id, ctx.model_id, len(prompt), plan.calls,
+                                       lambda done: llama.stopping_word(ctx.engine, done, spec.stop))
+    elif kind in translate.NATIVE:
         shape = llama.Native(ctx.engine, spec, ctx.model_id, translate.completion_prompt(body) if kind == "completion"
                              else prompt, translate.n_predict(body), job, bool(body.get("return_tokens")), fields)
     else:
@@ -303,7 +341,7 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
     if stream:
         return StreamingResponse(_stream(ctx, job, shape), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    return await _whole(ctx, request, job, shape)
+    return await _whole(ctx, request, job, shape, _render(endpoint))
 
 
 def _shutdown_error(done: Done) -> ApiError:
@@ -311,8 +349,9 @@ def _shutdown_error(done: Done) -> ApiError:
                          f"{done.summary.n_generated} tokens", code="shutting_down")
 
 
-async def _whole(ctx: ServerContext, request: Request, job: Job, shape) -> Response:
-    """Wait for the answer, cancelling the job if the client goes away first."""
+async def _whole(ctx: ServerContext, request: Request, job: Job, shape, render) -> Response:
+    """Wait for the answer, cancelling the job if the client goes away first; ``render``
+    words an error response."""
     result = asyncio.ensure_future(_collect(job))
     gone = asyncio.ensure_future(_disconnect(request))
     try:
@@ -322,9 +361,9 @@ async def _whole(ctx: ServerContext, request: Request, job: Job, shape) -> Respo
             return Response(status_code=499)   # nobody is listening
         tokens, item = result.result()
         if isinstance(item, ApiError):
-            return item.response()
+            return render(item)
         if item.stop_reason is StopReason.CANCELLED and job.cancel_reason == "shutdown":
-            return _shutdown_error(item).response()
+            return render(_shutdown_error(item))
         return JSONResponse(shape.whole(item, tokens))
     finally:
         for task in (result, gone):
@@ -377,9 +416,9 @@ async def _stream(ctx: ServerContext, job: Job, shape):
                     yield shape.piece(text, tokens)
                 finished = True
                 if isinstance(item, ApiError):
-                    yield sse(item.body())
+                    yield shape.error(item)
                 elif item.stop_reason is StopReason.CANCELLED and job.cancel_reason == "shutdown":
-                    yield sse(_shutdown_error(item).body())
+                    yield shape.error(_shutdown_error(item))
                 else:
                     for event in shape.tail(item):
                         yield event

@@ -190,6 +190,9 @@ class Native:
     def tail(self, done: Done) -> list[bytes]:
         return [sse(self._kept(self.final(done, streamed=True)))]
 
+    def error(self, err: ApiError) -> bytes:
+        return sse(err.body())
+
     def whole(self, done: Done, tokens=()) -> dict:
         return self._kept(self.final(done) | self._probs(released(tokens, done)))
 

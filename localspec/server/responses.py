@@ -172,6 +172,10 @@ class Shape:
             out.append(self.usage_chunk(done.summary))
         return out
 
+    def error(self, err) -> bytes:
+        """An error that ends a stream (an :class:`~localspec.server.errors.ApiError`)."""
+        return sse(err.body())
+
     def whole(self, done: Done, tokens: list[Token] = ()) -> dict:
         return self.complete(done.text, done.stop_reason, done.summary, self.logprobs(released(tokens, done)))
 

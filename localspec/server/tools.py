@@ -672,6 +672,9 @@ class CallShape:
     def head(self) -> list[bytes]:
         return self.shape.head()
 
+    def error(self, err) -> bytes:
+        return self.shape.error(err)
+
     def piece(self, text: str, tokens=()) -> bytes:
         return self._events(self._stream.feed(text))
 
