@@ -23,11 +23,11 @@ from .errors import ApiError
 from .responses import answered_by, timings
 from .tools import response_grammar
 
-# Top-level fields of a Messages request this server reads (``speculative`` and ``localspec``
-# are this server's own, as on the chat route); any other is a 400 naming it.
+# Top-level fields of a Messages request this server reads (``speculative``, ``localspec`` and
+# llama-server's ``cache_prompt`` as on the chat route); any other is a 400 naming it.
 _FIELDS = {"model", "messages", "system", "max_tokens", "stop_sequences", "temperature", "top_p", "top_k",
            "stream", "tools", "tool_choice", "metadata", "thinking", "output_config", "cache_control",
-           "service_tier", "speed", "speculative", "localspec"}
+           "service_tier", "speed", "speculative", "localspec", "cache_prompt"}
 _COUNT_FIELDS = {"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config", "cache_control"}
 # thinking: "disabled", or "adaptive" (the model decides; a model that does not think answers).
 _THINKING = ("disabled", "adaptive")
@@ -73,7 +73,7 @@ def to_chat(body: dict, count: bool = False) -> dict:
     fmt = _output_format(body.get("output_config"))
     if fmt is not None:
         chat["response_format"] = fmt
-    for key in ("model", "temperature", "top_p", "top_k", "stream", "speculative", "localspec"):
+    for key in ("model", "temperature", "top_p", "top_k", "stream", "speculative", "localspec", "cache_prompt"):
         if key in body:
             chat[key] = body[key]
     if not count:
