@@ -106,6 +106,59 @@ def test_count_tokens_takes_no_max_tokens():
         messages_api.to_chat(body | {"max_tokens": 8}, count=True)
 
 
+def _events(raw: list[bytes]) -> list[tuple[str, dict]]:
+    out = []
+    for chunk in b"".join(raw).split(b"\n\n"):
+        if chunk:
+            name, data = chunk.split(b"\n", 1)
+            out.append((name.removeprefix(b"event: ").decode(), json.loads(data.removeprefix(b"data: "))))
+    return out
+
+
+def test_the_answer_in_anthropics_shape_whole_and_streamed():
+    """Stop reasons by why the answer ended; streamed text and a tool call as Anthropic's blocks
+    (a text block, then a tool_use block with its arguments as input_json_delta), the stop
+    reason and usage in message_delta."""
+    from localspec.engine import Done, StopReason, Summary
+    from localspec.server.tools import HERMES, CallReader
+
+    s = Summary(n_prompt=30, n_cached=10, n_generated=5)
+    text = 'Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    whole = {}
+    for reason, want in [(StopReason.EOG, "end_turn"), (StopReason.MAX_TOKENS, "max_tokens"),
+                         (StopReason.CONTEXT_FULL, "model_context_window_exceeded")]:
+        whole[reason] = messages_api.MessageShape("7", "m", 30).whole(Done(s, "Hi.", (), reason))
+        assert whole[reason]["stop_reason"] == want and whole[reason]["content"] == [{"type": "text", "text": "Hi."}]
+    assert whole[StopReason.EOG]["usage"] == {"input_tokens": 20, "cache_read_input_tokens": 10,
+                                              "cache_creation_input_tokens": 0, "output_tokens": 5}
+    stop = messages_api.MessageShape("7", "m", 30, stopping=lambda done: "END")
+    assert stop.whole(Done(s, "Hi.", (), StopReason.STOP_STRING))["stop_sequence"] == "END"
+
+    reader = CallReader(HERMES, frozenset({"get_weather"}))
+    called = messages_api.MessageShape("7", "m", 30, reader).whole(Done(s, text, (), StopReason.EOG))
+    assert called["stop_reason"] == "tool_use" and called["content"][0] == {"type": "text", "text": "Let me check."}
+    assert called["content"][1]["input"] == {"city": "Oslo"} and called["content"][1]["id"].startswith("toolu_")
+
+    shape = messages_api.MessageShape("7", "m", 30, reader)
+    raw = shape.head() + [shape.piece(text[i:i + 7]) for i in range(0, len(text), 7)]
+    raw += shape.tail(Done(s, text, (), StopReason.EOG))
+    events = _events(raw)
+    assert [n for n, _ in events][:2] == ["message_start", "ping"]
+    assert events[0][1]["message"]["usage"]["input_tokens"] == 30
+    starts = [e["content_block"] for n, e in events if n == "content_block_start"]
+    assert [b["type"] for b in starts] == ["text", "tool_use"] and starts[1]["name"] == "get_weather"
+    said = "".join(e["delta"].get("text", "") for n, e in events if n == "content_block_delta")
+    args = "".join(e["delta"].get("partial_json", "") for n, e in events if n == "content_block_delta")
+    assert said == "Let me check." and json.loads(args) == {"city": "Oslo"}
+    assert [n for n, _ in events][-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    assert events[-2][1]["delta"]["stop_reason"] == "tool_use" and events[-2][1]["usage"]["output_tokens"] == 5
+    quiet = messages_api.MessageShape("8", "m", 3)
+    empty = _events(quiet.head() + quiet.tail(Done(s, "", (), StopReason.EOG)))
+    assert [e["content_block"] for n, e in empty if n == "content_block_start"] == [{"type": "text", "text": ""}]
+    assert _events([quiet.error(ApiError(503, "bye"))]) == [
+        ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "bye"}})]
+
+
 # -- the official client on a real model ----------------------------------------------------------
 
 @pytest.fixture(scope="module")

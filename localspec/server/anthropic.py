@@ -36,7 +36,8 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error"}
 
 _STOP = {StopReason.EOG: "end_turn", StopReason.STOP_STRING: "stop_sequence", StopReason.CANCELLED: "end_turn"}
-_CUT = (StopReason.MAX_TOKENS, StopReason.CONTEXT_FULL)
+_CUT = {StopReason.MAX_TOKENS: "max_tokens", StopReason.INDENT: "max_tokens", StopReason.TIME_LIMIT: "max_tokens",
+        StopReason.CONTEXT_FULL: "model_context_window_exceeded"}
 
 
 def error_body(err: ApiError) -> dict:
@@ -267,8 +268,8 @@ class MessageShape:
         return out
 
     def _stop_reason(self, done: Done) -> tuple[str, str | None]:
-        if done.stop_reason in _CUT or done.stop_reason in (StopReason.INDENT, StopReason.TIME_LIMIT):
-            return "max_tokens", None
+        if done.stop_reason in _CUT:
+            return _CUT[done.stop_reason], None
         if self._calls:
             return "tool_use", None
         if done.stop_reason is StopReason.STOP_STRING:
