@@ -4,9 +4,11 @@ Requests are turned into jobs on the event loop (parsing, chat template, tokeniz
 and in arrival order); generation happens on the scheduler's worker thread. Besides the
 OpenAI routes, llama-server's own are served in its shapes (:mod:`.llama`): ``/props``,
 ``/slots``, ``/tokenize``, ``/detokenize``, the native ``/completion`` (also ``/completions``)
-and ``/infill``; and Anthropic's Messages API (:mod:`.anthropic`): ``/v1/messages`` and
-``/v1/messages/count_tokens``. Like llama-server, the chat route and the model list answer
-without the ``/v1`` too, and the API key may come as ``Authorization: Bearer KEY`` or ``x-api-key``.
+and ``/infill``; OpenAI's Responses API (:mod:`.responses_api`): ``/v1/responses`` and
+``/v1/responses/input_tokens``; and Anthropic's Messages API (:mod:`.anthropic`):
+``/v1/messages`` and ``/v1/messages/count_tokens``. Like llama-server, the chat route, the
+model list and the Responses API answer without the ``/v1`` too, and the API key may come as
+``Authorization: Bearer KEY`` or ``x-api-key``.
 
 A request may name any ``model``: the loaded pair answers it, and the response names the real
 model (``strict_model`` makes another name a 404 instead).
@@ -37,7 +39,7 @@ from starlette.routing import Route
 from ..engine import Done, Engine, RunSpec, StopReason, Token
 from ..engine.template import chat_tokens
 from ..errors import LocalspecError
-from . import anthropic, infill, llama, tools, translate
+from . import anthropic, infill, llama, responses_api, tools, translate
 from .errors import ApiError
 from .live import LiveState
 from .metrics import Metrics
@@ -48,7 +50,7 @@ log = logging.getLogger("localspec.server")
 
 _ENDPOINTS = {"/v1/chat/completions": "chat", "/chat/completions": "chat", "/v1/completions": "completions",
               "/completion": "completion", "/completions": "completion", "/infill": "infill",
-              "/v1/messages": "messages"}
+              "/v1/messages": "messages", "/v1/responses": "responses", "/responses": "responses"}
 
 # Origins allowed without --cors: pages served from this machine, any port.
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
@@ -140,12 +142,15 @@ def build_app(ctx: ServerContext):
         return await _generate(ctx, request, "messages")
 
     async def count_tokens(request: Request) -> Response:
-        try:
-            chat = anthropic.to_chat(translate.parse_json(await _read_body(request, ctx.max_body)), count=True)
-            plan = tools.plan(chat, ctx.engine.target_model.chat_template(), chat=True)
-            return JSONResponse({"input_tokens": len(_prompt(ctx, chat, "chat", plan))})
-        except ApiError as err:
-            return anthropic.error_response(err)
+        return await _count(ctx, request, lambda body: anthropic.to_chat(body, count=True), {},
+                            anthropic.error_response)
+
+    async def responses(request: Request) -> Response:
+        return await _generate(ctx, request, "responses")
+
+    async def input_tokens(request: Request) -> Response:
+        return await _count(ctx, request, responses_api.to_chat, {"object": "response.input_tokens"},
+                            ApiError.response)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         return ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}").response()
@@ -169,6 +174,10 @@ def build_app(ctx: ServerContext):
         Route("/completions", completion, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route("/v1/responses", responses, methods=["POST"]),
+        Route("/responses", responses, methods=["POST"]),
+        Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
+        Route("/responses/input_tokens", input_tokens, methods=["POST"]),
         Route("/infill", infill, methods=["POST"]),
         Route("/props", props),
         Route("/slots", slots),
@@ -288,6 +297,17 @@ def _prompt(ctx: ServerContext, body: dict, kind: str, plan: tools.Plan) -> list
     return list(prompt)
 
 
+async def _count(ctx: ServerContext, request: Request, to_chat, fields: dict, render) -> Response:
+    """The token count of the prompt a request would be answered with: ``{"input_tokens": N}``
+    and ``fields``; ``to_chat`` reads the request into a chat request, ``render`` words an error."""
+    try:
+        chat = to_chat(translate.parse_json(await _read_body(request, ctx.max_body)))
+        plan = tools.plan(chat, ctx.engine.target_model.chat_template(), chat=True)
+        return JSONResponse(fields | {"input_tokens": len(_prompt(ctx, chat, "chat", plan))})
+    except ApiError as err:
+        return render(err)
+
+
 async def _utility(ctx: ServerContext, request: Request, answer) -> Response:
     """A route that reads a JSON body and answers at once (/tokenize, /detokenize)."""
     try:
@@ -303,8 +323,11 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
     endpoint = kind
     try:
         body = translate.parse_json(await _read_body(request, ctx.max_body))
+        echo = body
         if kind == "messages":
             body, kind = anthropic.to_chat(body), "chat"
+        elif kind == "responses":
+            body, kind = responses_api.to_chat(body), "chat"
         translate.check_request(body, kind)
         name = body.get("model")
         if name is not None and not isinstance(name, str):
@@ -330,6 +353,8 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
     if endpoint == "messages":
         shape = anthropic.MessageShape(job.id, ctx.model_id, len(prompt), plan.calls,
                                        lambda done: llama.stopping_word(ctx.engine, done, spec.stop))
+    elif endpoint == "responses":
+        shape = responses_api.ResponseShape(job.id, ctx.model_id, echo, plan.calls)
     elif kind in translate.NATIVE:
         shape = llama.Native(ctx.engine, spec, ctx.model_id, translate.completion_prompt(body) if kind == "completion"
                              else prompt, translate.n_predict(body), job, bool(body.get("return_tokens")), fields)
