@@ -5,10 +5,11 @@ and in arrival order); generation happens on the scheduler's worker thread. Besi
 OpenAI routes, llama-server's own are served in its shapes (:mod:`.llama`): ``/props``,
 ``/slots``, ``/tokenize``, ``/detokenize``, the native ``/completion`` (also ``/completions``)
 and ``/infill``; OpenAI's Responses API (:mod:`.responses_api`): ``/v1/responses`` and
-``/v1/responses/input_tokens``; and Anthropic's Messages API (:mod:`.anthropic`):
-``/v1/messages`` and ``/v1/messages/count_tokens``. Like llama-server, the chat route, the
-model list and the Responses API answer without the ``/v1`` too, and the API key may come as
-``Authorization: Bearer KEY`` or ``x-api-key``.
+``/v1/responses/input_tokens``; Anthropic's Messages API (:mod:`.anthropic`):
+``/v1/messages`` and ``/v1/messages/count_tokens``; and Ollama's API (:mod:`.ollama`):
+``/api/chat``, ``/api/generate``, ``/api/tags``, ``/api/show``, ``/api/ps``, ``/api/version``.
+Like llama-server, the chat route, the model list and the Responses API answer without the
+``/v1`` too, and the API key may come as ``Authorization: Bearer KEY`` or ``x-api-key``.
 
 A request may name any ``model``: the loaded pair answers it, and the response names the real
 model (``strict_model`` makes another name a 404 instead).
@@ -39,7 +40,7 @@ from starlette.routing import Route
 from ..engine import Done, Engine, RunSpec, StopReason, Token
 from ..engine.template import chat_tokens
 from ..errors import LocalspecError
-from . import anthropic, infill, llama, responses_api, tools, translate
+from . import anthropic, infill, llama, ollama, responses_api, tools, translate
 from .errors import ApiError
 from .live import LiveState
 from .metrics import Metrics
@@ -50,7 +51,8 @@ log = logging.getLogger("localspec.server")
 
 _ENDPOINTS = {"/v1/chat/completions": "chat", "/chat/completions": "chat", "/v1/completions": "completions",
               "/completion": "completion", "/completions": "completion", "/infill": "infill",
-              "/v1/messages": "messages", "/v1/responses": "responses", "/responses": "responses"}
+              "/v1/messages": "messages", "/v1/responses": "responses", "/responses": "responses",
+              "/api/chat": "ollama", "/api/generate": "ollama"}
 
 # Origins allowed without --cors: pages served from this machine, any port.
 LOOPBACK_ORIGINS = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
@@ -148,6 +150,30 @@ def build_app(ctx: ServerContext):
     async def responses(request: Request) -> Response:
         return await _generate(ctx, request, "responses")
 
+    async def ollama_chat(request: Request) -> Response:
+        return await _generate(ctx, request, "ollama_chat")
+
+    async def ollama_generate(request: Request) -> Response:
+        return await _generate(ctx, request, "ollama_generate")
+
+    async def ollama_tags(request: Request) -> Response:
+        return JSONResponse(ollama.tags(ctx.engine, ctx.model_id, ctx.started))
+
+    async def ollama_show(request: Request) -> Response:
+        try:
+            name = translate.parse_json(await _read_body(request, ctx.max_body)).get("model")
+            if ctx.strict_model and name not in (None, "", ctx.model_id):
+                raise _unknown_model(name, ctx.model_id)
+        except ApiError as err:
+            return ollama.error_response(err)
+        return JSONResponse(ollama.show(ctx.engine, ctx.model_id))
+
+    async def ollama_ps(request: Request) -> Response:
+        return JSONResponse(ollama.ps(ctx.engine, ctx.model_id))
+
+    async def ollama_version(request: Request) -> Response:
+        return JSONResponse(ollama.version())
+
     async def input_tokens(request: Request) -> Response:
         return await _count(ctx, request, responses_api.to_chat, {"object": "response.input_tokens"},
                             ApiError.response)
@@ -178,6 +204,12 @@ def build_app(ctx: ServerContext):
         Route("/responses", responses, methods=["POST"]),
         Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
         Route("/responses/input_tokens", input_tokens, methods=["POST"]),
+        Route("/api/chat", ollama_chat, methods=["POST"]),
+        Route("/api/generate", ollama_generate, methods=["POST"]),
+        Route("/api/tags", ollama_tags),
+        Route("/api/show", ollama_show, methods=["POST"]),
+        Route("/api/ps", ollama_ps),
+        Route("/api/version", ollama_version),
         Route("/infill", infill, methods=["POST"]),
         Route("/props", props),
         Route("/slots", slots),
@@ -252,8 +284,9 @@ class Guard:
 
 
 def _render(endpoint: str | None):
-    """How an endpoint words an error response: Anthropic's shape on /v1/messages, else OpenAI's."""
-    return anthropic.error_response if endpoint == "messages" else ApiError.response
+    """How an endpoint words an error response: Anthropic's shape on /v1/messages, Ollama's on
+    /api/..., else OpenAI's."""
+    return {"messages": anthropic.error_response, "ollama": ollama.error_response}.get(endpoint, ApiError.response)
 
 
 def _unknown_model(name, served: str) -> ApiError:
@@ -318,9 +351,11 @@ async def _utility(ctx: ServerContext, request: Request, answer) -> Response:
 
 
 async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response:
-    """Parse, queue, and answer one chat, text, llama-server or Anthropic completion, streamed
-    or whole (``kind``: the endpoint's metrics label; a Messages request is answered as a chat)."""
-    endpoint = kind
+    """Parse, queue, and answer one chat, text or llama-server completion, or one in the
+    Responses, Messages or Ollama APIs (each read into a chat or text completion), streamed or
+    whole. ``kind``: the route's ("ollama_chat", "ollama_generate" or the metrics label)."""
+    endpoint = "ollama" if kind.startswith("ollama") else kind
+    ollama_chat = kind == "ollama_chat"
     try:
         body = translate.parse_json(await _read_body(request, ctx.max_body))
         echo = body
@@ -328,6 +363,10 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
             body, kind = anthropic.to_chat(body), "chat"
         elif kind == "responses":
             body, kind = responses_api.to_chat(body), "chat"
+        elif endpoint == "ollama":
+            if ollama.loading(body, ollama_chat):
+                return JSONResponse(ollama.loaded(body.get("model") or ctx.model_id, ollama_chat))
+            kind, body = ("chat", ollama.chat_request(body)) if ollama_chat else ollama.generate_request(body)
         translate.check_request(body, kind)
         name = body.get("model")
         if name is not None and not isinstance(name, str):
@@ -355,6 +394,8 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
                                        lambda done: llama.stopping_word(ctx.engine, done, spec.stop))
     elif endpoint == "responses":
         shape = responses_api.ResponseShape(job.id, ctx.model_id, echo, plan.calls)
+    elif endpoint == "ollama":
+        shape = ollama.OllamaShape(echo.get("model") or ctx.model_id, ollama_chat, plan.calls)
     elif kind in translate.NATIVE:
         shape = llama.Native(ctx.engine, spec, ctx.model_id, translate.completion_prompt(body) if kind == "completion"
                              else prompt, translate.n_predict(body), job, bool(body.get("return_tokens")), fields)
@@ -364,7 +405,8 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
         if plan.calls is not None:
             shape = tools.CallShape(shape, plan.calls)
     if stream:
-        return StreamingResponse(_stream(ctx, job, shape), media_type="text/event-stream",
+        media = ollama.OllamaShape.media_type if endpoint == "ollama" else "text/event-stream"
+        return StreamingResponse(_stream(ctx, job, shape), media_type=media,
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     return await _whole(ctx, request, job, shape, _render(endpoint))
 

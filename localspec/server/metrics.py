@@ -29,8 +29,9 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
 TOKEN_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 OUTCOMES = ("stop", "length", "cancelled", "shutdown", "error", "bad_request", "unauthorized", "queue_full")
-# /completion, /infill: llama-server's own; responses: OpenAI's /v1/responses; messages: Anthropic's /v1/messages
-ENDPOINTS = ("chat", "completions", "completion", "infill", "responses", "messages")
+# /completion, /infill: llama-server's own; responses: OpenAI's /v1/responses; messages: Anthropic's
+# /v1/messages; ollama: Ollama's /api/chat and /api/generate
+ENDPOINTS = ("chat", "completions", "completion", "infill", "responses", "messages", "ollama")
 
 
 class Metrics:
