@@ -69,7 +69,8 @@ def _model_id(opts: dict, target_path: str) -> str:
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
               help="Port (0: any free one).")
 @click.option("--api-key", envvar="LOCALSPEC_API_KEY", default=None, metavar="KEY",
-              help="Require `Authorization: Bearer KEY` on every route but /health (or $LOCALSPEC_API_KEY).")
+              help="Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on every route but /health "
+                   "(or $LOCALSPEC_API_KEY).")
 @click.option("--queue", "queue", type=click.IntRange(min=1), default=16, show_default=True,
               help="Most requests waiting for a slot; more get 429 with Retry-After.")
 @click.option("-np", "--parallel", type=click.IntRange(min=1), default=4, show_default=True,
@@ -96,8 +97,10 @@ def serve(**opts) -> None:
     Up to --parallel requests are generated together (slots), the rest wait in arrival order;
     whatever model name they send, the loaded pair answers. Each
     response carries `usage` and llama-server-style `timings`; llama-server's /props, /slots,
-    /tokenize, /detokenize, /completion and /infill (editors) are served too; GET /metrics has Prometheus
-    metrics. The sampling and drafting flags set the defaults of requests that leave them out.
+    /tokenize, /detokenize, /completion and /infill (editors) are served too, and so are OpenAI's
+    Responses API (/v1/responses), Anthropic's Messages API (/v1/messages) and Ollama's API
+    (/api/chat, /api/generate, /api/tags); GET /metrics has Prometheus metrics. The sampling and
+    drafting flags set the defaults of requests that leave them out.
     Every option can also be set as LOCALSPEC_<OPTION> (LOCALSPEC_PORT=8081, LOCALSPEC_CTX=8192).
 
     Browsers: pages served from this machine (http://localhost:*, http://127.0.0.1:*) may call
