@@ -261,10 +261,14 @@ def parallel_servers(a, target: str, draft: str) -> dict[str, tuple[list[str], i
     servers["localspec+draft -np 1"] = (localspec("serve", "-m", target, "-d", draft, "--parallel", "1", "--port",
                                                   str(port), "--quiet", *th, "--ctx", str(a.ctx)), port)
     if a.llama_server:
+        # Weights repacked into CPU extra buffers as localspec's engine has them: on an AMX CPU
+        # neither repacks (llama.cpp's AMX buffer crashes there, see backend.extra_buffers_default).
+        from localspec.engine.backend import extra_buffers_default
+        repack = [] if extra_buffers_default() else ["--no-repack"]
         for name, extra in (("llama-server", []), ("llama-server+draft", ["-md", draft, "--spec-type", "draft-simple",
                                                                   "-td", str(a.threads), "-tbd", str(a.threads)])):
             port = free_port()
-            servers[name] = ([a.llama_server, "-m", target, *extra, "-np", str(a.parallel), "-c",
+            servers[name] = ([a.llama_server, "-m", target, *extra, *repack, "-np", str(a.parallel), "-c",
                               str(a.ctx * a.parallel), "-t", str(a.threads), "-tb", str(a.threads),
                               "--host", "127.0.0.1", "--port", str(port), "--no-webui"], port)
     return servers
