@@ -270,10 +270,11 @@ class Guard:
             if not hmac.compare_digest(key.strip(), self._key):
                 err = ApiError(401, "missing or wrong API key: send Authorization: Bearer KEY (or x-api-key: KEY)",
                                code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-                endpoint = _ENDPOINTS.get(scope["path"])
-                anthropic_route = scope["path"].startswith("/v1/messages")
-                response = (self.ctx.refused(endpoint, err) if endpoint
-                            else anthropic.error_response(err) if anthropic_route else err.response())
+                path = scope["path"]
+                endpoint = _ENDPOINTS.get(path)
+                style = ("messages" if path.startswith("/v1/messages")
+                         else "ollama" if path.startswith("/api/") else None)   # (the error's shape)
+                response = self.ctx.refused(endpoint, err) if endpoint else _render(style)(err)
                 return await response(scope, receive, send)
         try:
             await self.app(scope, receive, send)
