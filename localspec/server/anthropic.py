@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse
 
 from ..engine import Done, StopReason, Summary
 from .errors import ApiError
-from .responses import answered_by, timings
+from .responses import answered_by, timings, typed_sse
 from .tools import response_grammar
 
 # Top-level fields of a Messages request this server reads (``speculative``, ``localspec`` and
@@ -229,11 +229,6 @@ def usage(s: Summary) -> dict:
             "cache_creation_input_tokens": 0, "output_tokens": s.n_generated}
 
 
-def _event(name: str, obj: dict) -> bytes:
-    return (f"event: {name}\ndata: ".encode() + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-            + b"\n\n")
-
-
 def _tool_id(call_id: str) -> str:
     return "toolu_" + call_id.removeprefix("call_")
 
@@ -287,8 +282,8 @@ class MessageShape:
 
     # -- streamed ---------------------------------------------------------------------------
     def head(self) -> list[bytes]:
-        return [_event("message_start", {"type": "message_start", "message": self._message([], None)}),
-                _event("ping", {"type": "ping"})]
+        return [typed_sse({"type": "message_start", "message": self._message([], None)}),
+                typed_sse({"type": "ping"})]
 
     def piece(self, text: str, tokens=()) -> bytes:
         return self._blocks(self._stream.feed(text) if self._stream is not None else [("content", text)])
@@ -302,10 +297,10 @@ class MessageShape:
         s = done.summary
         delta = {"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": sequence},
                  "usage": usage(s), "timings": timings(s)} | answered_by(s)
-        return [out, _event("message_delta", delta), _event("message_stop", {"type": "message_stop"})]
+        return [out, typed_sse(delta), typed_sse({"type": "message_stop"})]
 
     def error(self, err: ApiError) -> bytes:
-        return _event("error", error_body(err))
+        return typed_sse(error_body(err))
 
     def _blocks(self, events: list[tuple]) -> bytes:
         out = b""
@@ -330,14 +325,14 @@ class MessageShape:
         out = self._close()
         self._index += 1
         self._open = kind
-        return out + _event("content_block_start", {"type": "content_block_start", "index": self._index,
+        return out + typed_sse({"type": "content_block_start", "index": self._index,
                                                     "content_block": block})
 
     def _delta(self, delta: dict) -> bytes:
-        return _event("content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta})
+        return typed_sse({"type": "content_block_delta", "index": self._index, "delta": delta})
 
     def _close(self) -> bytes:
         if self._open is None:
             return b""
         self._open = None
-        return _event("content_block_stop", {"type": "content_block_stop", "index": self._index})
+        return typed_sse({"type": "content_block_stop", "index": self._index})

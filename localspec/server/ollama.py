@@ -108,9 +108,7 @@ def chat_request(body: dict) -> dict:
             raise _bad("must be an object", f"messages[{i}]")
         if m.get("images"):
             raise _bad("images are not supported here", f"messages[{i}].images")
-        if m.get("thinking"):
-            m = {k: v for k, v in m.items() if k != "thinking"}    # (an earlier answer's thinking)
-        msg = {k: v for k, v in m.items() if k in ("role", "content", "tool_calls")}
+        msg = {k: v for k, v in m.items() if k in ("role", "content", "tool_calls")}   # (not an earlier thinking)
         if m.get("tool_name") is not None:
             msg["name"] = m["tool_name"]
         out["messages"].append(msg)

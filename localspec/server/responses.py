@@ -186,8 +186,16 @@ class Shape:
         return sse(self._base(obj) | {"choices": [], "usage": usage(s), "timings": timings(s)})
 
 
-def sse(obj: dict) -> bytes:
-    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+def sse(obj: dict, event: str | None = None) -> bytes:
+    """One server-sent event: ``data:`` the object's JSON, after an ``event:`` name when given
+    (Anthropic's and the Responses API's streams name theirs)."""
+    data = b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    return data if event is None else f"event: {event}\n".encode() + data
+
+
+def typed_sse(obj: dict) -> bytes:
+    """A server-sent event named by its object's ``type`` (Anthropic's and the Responses API's)."""
+    return sse(obj, obj["type"])
 
 
 DONE = b"data: [DONE]\n\n"

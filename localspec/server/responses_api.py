@@ -21,7 +21,7 @@ import time
 
 from ..engine import Done, StopReason, Summary
 from .errors import ApiError
-from .responses import answered_by, timings
+from .responses import answered_by, timings, typed_sse
 
 # Fields read, and fields taken without effect (nothing here stores, moderates or bills).
 _FIELDS = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
@@ -187,11 +187,6 @@ def usage(s: Summary) -> dict:
             "total_tokens": s.n_prompt + s.n_generated}
 
 
-def _event(obj: dict) -> bytes:
-    return (f"event: {obj['type']}\ndata: ".encode()
-            + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n")
-
-
 class ResponseShape:
     """One Responses request's answer: whole, a ``response`` whose ``output`` holds a
     ``message`` item (its ``output_text``) and ``function_call`` items; streamed, the typed
@@ -249,7 +244,7 @@ class ResponseShape:
     def _next(self, obj: dict) -> bytes:
         obj["sequence_number"] = self._seq
         self._seq += 1
-        return _event(obj)
+        return typed_sse(obj)
 
     def head(self) -> list[bytes]:
         start = self._response([], None)
