@@ -20,10 +20,10 @@ class GapEngine:
 
     def __init__(self, gaps: dict[int, float]):
         self.gaps = gaps
-        self.asked: list[tuple[list[int], int, int]] = []
+        self.asked: list[tuple[list[int], int, int, int]] = []
 
-    def logit_gap(self, tokens, a, b):
-        self.asked.append((list(tokens), a, b))
+    def logit_gap(self, tokens, a, b, stepped=0):
+        self.asked.append((list(tokens), a, b, stepped))
         return self.gaps[len(tokens)]
 
     def batch_rounding(self, tokens):
@@ -43,8 +43,9 @@ def test_differences_say_where_answers_part_and_how_close():
     assert out == [{"setting": "ngram", "token": 2, "gap": 0.004, "rounding": 0.008, "near_tie": True},
                    {"setting": "default", "token": 1, "gap": -0.8, "rounding": 0.006, "near_tie": False},
                    {"setting": "short", "token": 2, "gap": None, "rounding": None, "near_tie": False}]
-    # the target decodes the prompt and the common part, then compares its token with the other
-    assert engine.asked == [([1, 2, 10, 11], 12, 99), ([1, 2, 10], 11, 77)]
+    # the target reads the prompt, then the common part a token at a time (as it read its own
+    # answer), and compares its token with the other
+    assert engine.asked == [([1, 2, 10, 11], 12, 99, 2), ([1, 2, 10], 11, 77, 1)]
 
 
 def test_the_tables_list_where_answers_part(tmp_path):

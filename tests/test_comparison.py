@@ -6,6 +6,7 @@ import pytest
 from conftest import GREEDY, make_engine, run_spec, run_to_done
 
 from localspec.chat.comparison import NEAR_TIE, compare, measure_difference, near_tie
+from localspec.errors import BadInput
 
 
 @pytest.mark.slow
@@ -20,10 +21,15 @@ def test_a_difference_is_measured_by_the_targets_logits(tiny_target, tiny_draft)
         i = res.first_difference
         a, b = list(res.base.token_ids), list(res.spec.token_ids)
         measure_difference(e, toks, res)
+        # read as the target alone read it: the prompt in one batch, its answer a token at a time
         e.reset()
-        x = e.target_ctx.decode(list(toks) + a[:i], logits="last")
+        x = e.target_ctx.decode(list(toks), logits="last")
+        for t in a[:i]:
+            x = e.target_ctx.decode([t], logits="last")
         assert res.gap_at_difference == float(x[a[i]]) - float(x[b[i]])
         assert res.gap_at_difference > 0 and int(np.argmax(x)) == a[i], "the target's own greedy pick leads"
+        with pytest.raises(BadInput):
+            e.logit_gap(a[:2], a[2], b[2], stepped=2)
         line = res.outputs_line()
         far = abs(res.gap_at_difference) >= NEAR_TIE
         assert line.startswith(f"DIFFERENT from token {i} (the target's logits") or not far

@@ -164,13 +164,14 @@ def first_difference(a, b) -> int | None:
 
 def gap_where_they_part(engine: Engine, prompt: list[int], a, b) -> tuple[int | None, float | None]:
     """Where answer ``b`` parts from ``a`` after ``prompt``, and the target's logit of a's
-    token there minus b's (one more target decode of the prompt and the common part, so a
-    near-tie reads as one); the gap is None where one answer only stopped sooner."""
+    token there minus b's, read as the target alone read it when ``a`` is its answer (the
+    prompt in one batch, then a's tokens one at a time): the gap its own pick was made on.
+    The gap is None where one answer only stopped sooner."""
     i = first_difference(a, b)
     a, b = list(a), list(b)
     if i is None or i >= min(len(a), len(b)):
         return i, None
-    return i, engine.logit_gap(list(prompt) + a[:i], a[i], b[i])
+    return i, engine.logit_gap(list(prompt) + a[:i], a[i], b[i], stepped=i)
 
 
 def where_they_part(engine: Engine, prompt: list[int], a, b) -> tuple[int | None, float | None, float | None]:

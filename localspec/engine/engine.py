@@ -329,15 +329,27 @@ class Engine:
         same = (t.gpu_layers == 0 and d.gpu_layers == 0) or (t.gpu_layers == t.n_layer and d.gpu_layers == d.n_layer)
         return d.size_bytes / t.size_bytes if same and t.size_bytes > 0 else None
 
-    def logit_gap(self, tokens: list[int], a: int, b: int) -> float:
+    def logit_gap(self, tokens: list[int], a: int, b: int, stepped: int = 0) -> float:
         """The target's logit of token ``a`` minus that of ``b`` after ``tokens``: where two
         greedy answers part, a gap of a few thousandths is a near-tie, which llama.cpp's
-        different rounding of batched and single-token decodes can flip."""
-        if not tokens:
-            raise BadInput("logit_gap needs at least one token")
+        different rounding of batched and single-token decodes can flip.
+
+        Args:
+            tokens: the sequence, decoded from an empty cache.
+            a, b: the two tokens compared.
+            stepped: how many of the last tokens are decoded one at a time after the rest in
+                one batch: with the answer's tokens, the reading the target alone made when
+                it picked its token there (0: all in one batch).
+        Raises:
+            BadInput: no tokens, or ``stepped`` not below their number.
+        """
+        if not 0 <= stepped < len(tokens):
+            raise BadInput("logit_gap needs at least one token read in a batch before those stepped")
         with self._lock:   # a one-off check: decoded from an empty cache, as a fresh run would
             self.target_ctx.clear()
-            x = self.target_ctx.decode(tokens, logits="last")
+            x = self.target_ctx.decode(tokens[:len(tokens) - stepped], logits="last")
+            for t in tokens[len(tokens) - stepped:]:
+                x = self.target_ctx.decode([t], logits="last")
             return float(x[a]) - float(x[b])
 
     def batch_rounding(self, tokens: list[int], window: int = 32) -> float:
