@@ -3,6 +3,7 @@
 
     python scripts/simulate_policy.py --scenarios scripts/policy_scenarios.json --seeds 5 --json
     python scripts/simulate_policy.py --scenarios scripts/two_draft_scenarios.json --seeds 5   # two drafts
+    python scripts/simulate_policy.py --random 300 --seeds 8 --save-scenarios drawn.json   # scenarios nobody wrote
 
 Deterministic: the same scenarios, seeds and parameters give the same figures on any
 machine. ``--params '{"shift_z": 1e9}'`` runs with parameters changed (to see what a
@@ -16,13 +17,17 @@ import json
 import sys
 
 from localspec.bench import simulate_drafts
-from localspec.bench.simulate import ablate, load, params_with, report
+from localspec.bench.simulate import Scenario, ablate, load, params_with, random_scenarios, report
 from localspec.errors import BadInput
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenarios", required=True, help="a JSON file of scenarios")
+    ap.add_argument("--scenarios", help="a JSON file of scenarios")
+    ap.add_argument("--random", type=int, metavar="N",
+                    help="instead: N scenarios drawn from the format's space (seeded by --random-seed)")
+    ap.add_argument("--random-seed", type=int, default=0, help="the draw of --random (default 0)")
+    ap.add_argument("--save-scenarios", metavar="FILE", help="with --random: write the drawn scenarios to FILE")
     ap.add_argument("--seeds", type=int, default=1, help="seeded answers per scenario and setting")
     ap.add_argument("--json", action="store_true", help="print JSON (the default)")
     ap.add_argument("--table", action="store_true", help="print a Markdown table")
@@ -40,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             raise BadInput(f"--params is not JSON: {e}") from None
         params = params_with(overrides) if overrides else None
+        if (a.scenarios is None) == (a.random is None):
+            raise BadInput("give --scenarios FILE or --random N")
+        if a.random is not None:
+            return _random(a, params)
         two = simulate_drafts.load(a.scenarios)
         if two is not None:
             if a.ablate:
@@ -62,6 +71,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nmin {out['min_default_over_best']:.3f}, median {out['median_default_over_best']:.3f}")
     else:
         print(json.dumps(out, indent=1))
+    return 0
+
+
+def _random(a, params) -> int:
+    """Drawn scenarios: the report, with how many fall below 0.97 of the best fixed setting."""
+    drawn = random_scenarios(a.random, a.random_seed)
+    if a.save_scenarios:
+        try:
+            with open(a.save_scenarios, "w", encoding="utf-8") as f:
+                json.dump({"scenarios": drawn}, f, indent=1)
+        except OSError as e:
+            raise BadInput(f"cannot write {a.save_scenarios}: {e}") from None
+    out = report([Scenario.from_dict(d) for d in drawn], a.seeds, params, a.cold)
+    out["random_seed"] = a.random_seed
+    out["below_0_97"] = sorted((r["name"] for r in out["scenarios"] if r["default_over_best"] < 0.97))
+    print(json.dumps(out, indent=1))
     return 0
 
 

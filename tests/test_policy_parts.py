@@ -166,6 +166,27 @@ def test_the_simulator_is_deterministic_and_shares_draws_between_settings():
     assert sim.simulate(s, "target", 3)[:2] == sim.simulate(s, "target", 3)[:2]
 
 
+def test_no_setting_drafts_past_the_end_of_the_answer():
+    """As the generator clamps K to max_tokens, the simulator drafts none past an answer's
+    end: K=8 over 10 tokens, all accepted, is a round of 9 and a plain step (1 + 9 ms)."""
+    s = sim.Scenario.from_dict({"name": "end", "target_ms": list(range(1, 10)), "draft_ms": 0,
+                                "accept": [1.0], "tokens": 10})
+    tokens, seconds, _ = sim.simulate(s, "K=8", 0)
+    assert tokens == 10 and seconds == pytest.approx(0.010)
+
+
+def test_random_scenarios_are_seeded_valid_and_varied():
+    drawn = sim.random_scenarios(60, seed=5)
+    assert drawn == sim.random_scenarios(60, seed=5) and drawn != sim.random_scenarios(60, seed=6)
+    scenarios = [sim.Scenario.from_dict(d) for d in drawn]     # each passes the format's checks
+    assert {s.drafter for s in scenarios} == {"model", "mtp", "ngram"}
+    assert any(s.then_at for s in scenarios) and any(s.noise for s in scenarios)
+    assert {s.tokens for s in scenarios} == {32, 64, 128, 256, 512, 1024}
+    assert all(list(s.target_ms) == sorted(s.target_ms) for s in scenarios)
+    with pytest.raises(BadInput):
+        sim.random_scenarios(0)
+
+
 def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     """The goal (default / best fixed >= 0.97, median >= 0.99) is measured by the script with
     several seeds; here the noiseless scenarios with one seed, deterministically."""
@@ -274,11 +295,13 @@ def test_only_a_cost_sampled_once_with_no_first_decode_extra_is_marked_lone():
 
 def test_a_first_decode_that_builds_a_graph_is_priced_once_not_carried_as_the_cost():
     """A GPU's first decode of each batch size costs 3 steps more: the default stays near the
-    best fixed K instead of reading every size 4x dearer (and moving K to unbuilt sizes)."""
+    best fixed K instead of reading every size 4x dearer (and moving K to unbuilt sizes). (A
+    64-token answer's last rounds, their drafts cut at its end, build new sizes in every
+    setting: 0.97 of the best over 8 seeds, 0.94 over this one.)"""
     s = next(x for x in sim.load(str(GPU_GRAPH)) if x.name == "gpu-27b-short-answer+graph-build")
     ratio = sim.evaluate(s, 1)["default_over_best"]
     without = sim.evaluate(s, 1, sim.params_with(sim.ABLATIONS["a batch size's first decode priced as a one-off"]))
-    assert ratio >= 0.95 and without["default_over_best"] < ratio - 0.1, (ratio, without)
+    assert ratio >= 0.93 and without["default_over_best"] < ratio - 0.1, (ratio, without)
 
 
 def test_the_script_prints_the_contracted_json(tmp_path):
@@ -295,6 +318,13 @@ def test_the_script_prints_the_contracted_json(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate_policy.py"), "--scenarios",
                           str(tmp_path / "missing.json")], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    saved = tmp_path / "drawn.json"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate_policy.py"), "--random", "2", "--seeds", "1",
+                        "--random-seed", "3", "--save-scenarios", str(saved)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [x["name"] for x in out["scenarios"]] == [d["name"] for d in json.loads(saved.read_text())["scenarios"]]
+    assert out["random_seed"] == 3 and isinstance(out["below_0_97"], list)
 
 
 def test_a_graph_build_costs_once_per_batch_size_and_for_the_draft():

@@ -27,6 +27,7 @@ so their tokens per second differ only by their decisions. Format of a scenario 
 from __future__ import annotations
 
 import json
+import math
 import random
 import statistics
 from dataclasses import dataclass, fields, replace
@@ -165,8 +166,8 @@ def simulate(s: Scenario, setting: str, seed: int, params: Params | None = None,
                 tokens += 1
             policy.passed(quiet, quiet)
             continue
-        k = policy.next_k()
-        probe = policy.probe
+        k = min(policy.next_k(), s.tokens - tokens - 1)   # as the generator: no drafts past max_tokens
+        probe = policy.probe and k > 0
         drafted = k if k and (s.match >= 1.0 or matches.random() < s.match) else 0
         a = 0
         while a < drafted and u[tokens + a] < s.p_accept(a + 1, tokens):
@@ -242,6 +243,45 @@ def load(path: str) -> list[Scenario]:
         BadInput: unreadable, or a bad scenario.
     """
     return [Scenario.from_dict(d) for d in scenario_items(path)]
+
+
+def random_scenarios(n: int, seed: int = 0) -> list[dict]:
+    """``n`` scenarios drawn (seeded) from the contract's space: scenarios nobody wrote, to
+    check the default beyond the shipped ones. A target step of 0.2-80 ms, flat, moderate or
+    linear in the batch size; prompt lookup in a quarter, else a draft (a third of them an
+    MTP head) at 1-100% of the step; per-position acceptance anywhere in 0.02-1; answers of
+    32-1,024 tokens; in some a change of acceptance midway, in half 10% noise.
+
+    Raises:
+        BadInput: ``n`` below 1.
+    """
+    if n < 1:
+        raise BadInput("the number of random scenarios must be >= 1")
+    rng, out = random.Random(seed), []
+    for i in range(n):
+        step = math.exp(rng.uniform(math.log(0.2), math.log(80.0)))
+        shape = rng.choice(("flat", "moderate", "linear"))
+        slope = rng.uniform(*{"flat": (0.0, 0.03), "moderate": (0.03, 0.3), "linear": (0.3, 1.0)}[shape])
+        lookup = rng.random() < 0.25
+
+        def accept() -> list[float]:
+            a = [rng.uniform(0.02, 0.97)]
+            for _ in range(7):   # a lookup's later positions tend up (a match goes on)
+                a.append(min(1.0, max(0.0, a[-1] + rng.uniform(-0.12, 0.3 if lookup else 0.12))))
+            return [round(x, 3) for x in a]
+
+        d = {"name": f"random-{seed}-{i}-{shape}-{'lookup' if lookup else 'draft'}",
+             "target_ms": [round(step * (1 + slope * j), 4) for j in range(9)],
+             "draft_ms": 0.0 if lookup else round(step * math.exp(rng.uniform(math.log(0.01), 0.0)), 4),
+             "accept": accept(), "tokens": rng.choice((32, 64, 128, 256, 512, 1024))}
+        if rng.random() < 0.3:
+            d["then"] = {"at": int(d["tokens"] * rng.uniform(0.2, 0.8)), "accept": accept()}
+        if rng.random() < 0.5:
+            d["noise"] = 0.1
+        if not lookup and rng.random() < 0.3:
+            d["drafter"] = "mtp"
+        out.append(d)
+    return out
 
 
 def report(scenarios: list[Scenario], seeds: int = 1, params: Params | None = None, cold: bool = False) -> dict:

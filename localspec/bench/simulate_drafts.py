@@ -284,8 +284,8 @@ def simulate(s: TwoDrafts, setting: str, seed: int, params: Params | None = None
                 tokens += 1
             policy.passed(quiet, quiet)
             continue
-        k = policy.next_k()
-        probe = policy.probe
+        k = min(policy.next_k(), b.tokens - tokens - 1)   # as the generator: no drafts past max_tokens
+        probe = policy.probe and k > 0
         name = policy.route if setting in ("both", "oracle") else setting
         scored, hits, score_s = getattr(policy, "score", ""), (), 0.0
         if scored:
