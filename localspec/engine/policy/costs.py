@@ -314,11 +314,12 @@ class CostModel:
 
     @property
     def weak(self) -> bool:
-        """Whether the carried plain step, or every drafting batch, was one sample: first
-        decodes (a GPU's graph being built: 5-50x the step on an H200) read as costs."""
+        """Whether every carried drafting batch was one sample: first decodes (a GPU's graph
+        being built: 5-50x the step on an H200) read as costs make drafting look dearer than
+        it is. (A lone plain step only makes it look cheaper: no wrong pause.)"""
         lone = self.lone
         drafting = [b for b in self.verify if b > 1]
-        return 1 in lone or (bool(drafting) and all(b in lone for b in drafting))
+        return bool(drafting) and all(b in lone for b in drafting)
 
     def _lone(self, s: Samples, draft: bool = False) -> bool:
         """Whether a cost rests on one sample of this generation, with no first-decode extra
