@@ -85,7 +85,7 @@ def _random(a, params) -> int:
             raise BadInput(f"cannot write {a.save_scenarios}: {e}") from None
     out = report([Scenario.from_dict(d) for d in drawn], a.seeds, params, a.cold)
     out["random_seed"] = a.random_seed
-    out["below_0_97"] = sorted((r["name"] for r in out["scenarios"] if r["default_over_best"] < 0.97))
+    out["below_0_97"] = sorted(r["name"] for r in out["scenarios"] if r["default_over_best"] < 0.97)
     print(json.dumps(out, indent=1))
     return 0
 

@@ -263,25 +263,27 @@ def random_scenarios(n: int, seed: int = 0) -> list[dict]:
         shape = rng.choice(("flat", "moderate", "linear"))
         slope = rng.uniform(*{"flat": (0.0, 0.03), "moderate": (0.03, 0.3), "linear": (0.3, 1.0)}[shape])
         lookup = rng.random() < 0.25
-
-        def accept() -> list[float]:
-            a = [rng.uniform(0.02, 0.97)]
-            for _ in range(7):   # a lookup's later positions tend up (a match goes on)
-                a.append(min(1.0, max(0.0, a[-1] + rng.uniform(-0.12, 0.3 if lookup else 0.12))))
-            return [round(x, 3) for x in a]
-
+        rise = 0.3 if lookup else 0.12   # a lookup's later positions tend up (a match goes on)
         d = {"name": f"random-{seed}-{i}-{shape}-{'lookup' if lookup else 'draft'}",
              "target_ms": [round(step * (1 + slope * j), 4) for j in range(9)],
              "draft_ms": 0.0 if lookup else round(step * math.exp(rng.uniform(math.log(0.01), 0.0)), 4),
-             "accept": accept(), "tokens": rng.choice((32, 64, 128, 256, 512, 1024))}
+             "accept": _accept(rng, rise), "tokens": rng.choice((32, 64, 128, 256, 512, 1024))}
         if rng.random() < 0.3:
-            d["then"] = {"at": int(d["tokens"] * rng.uniform(0.2, 0.8)), "accept": accept()}
+            d["then"] = {"at": int(d["tokens"] * rng.uniform(0.2, 0.8)), "accept": _accept(rng, rise)}
         if rng.random() < 0.5:
             d["noise"] = 0.1
         if not lookup and rng.random() < 0.3:
             d["drafter"] = "mtp"
         out.append(d)
     return out
+
+
+def _accept(rng: random.Random, rise: float) -> list[float]:
+    """Eight per-position acceptances, a random walk from 0.02-0.97 (steps -0.12 to ``rise``)."""
+    a = [rng.uniform(0.02, 0.97)]
+    for _ in range(7):
+        a.append(min(1.0, max(0.0, a[-1] + rng.uniform(-0.12, rise))))
+    return [round(x, 3) for x in a]
 
 
 def report(scenarios: list[Scenario], seeds: int = 1, params: Params | None = None, cold: bool = False) -> dict:
