@@ -83,11 +83,11 @@ class AdaptivePolicy:
                 self.costs.seed(learned["costs"])
                 self.acc.seed(learned["acceptance"])
                 self.k = self._on_ladder(int(learned.get("k", self.k)))
-                gained, self.seeded = int(learned.get("gained", 0)), True
+                self.seeded = True
             except (KeyError, TypeError, ValueError, AttributeError):
                 self.__init__(draft_min, draft_max, p_min, can_pause, probe_budget, None, params, clock, size_ratio)
                 return
-            self._start_seeded(learned.get("drafting") is False, gained)
+            self._start_seeded(learned.get("drafting") is False, int(learned.get("gained", 0)))
         if self.drafting and can_pause and self.costs.first.value is None and (size_ratio or 0.0) >= 1.0:
             self._pause(f"the draft's weights are {size_ratio:.1f}x the target's: drafting cannot pay",
                         every=int(min(params.probe_min * size_ratio, params.probe_max)))
