@@ -47,18 +47,21 @@ def main(argv: list[str] | None = None) -> int:
         params = params_with(overrides) if overrides else None
         if (a.scenarios is None) == (a.random is None):
             raise BadInput("give --scenarios FILE or --random N")
-        if a.random is not None:
-            return _random(a, params)
-        two = simulate_drafts.load(a.scenarios)
-        if two is not None:
-            if a.ablate:
-                print(json.dumps(simulate_drafts.ablate(two, a.seeds), indent=1))
-                return 0
-            return _two_drafts(simulate_drafts.report(two, a.seeds, params, a.cold), a.table)
+        if a.random is None:
+            two = simulate_drafts.load(a.scenarios)
+            if two is not None:
+                if a.ablate:
+                    print(json.dumps(simulate_drafts.ablate(two, a.seeds), indent=1))
+                    return 0
+                return _two_drafts(simulate_drafts.report(two, a.seeds, params, a.cold), a.table)
+        scenarios = load(a.scenarios) if a.random is None else _drawn(a)
         if a.ablate:
-            print(json.dumps(ablate(load(a.scenarios), a.seeds), indent=1))
+            print(json.dumps(ablate(scenarios, a.seeds), indent=1))
             return 0
-        out = report(load(a.scenarios), a.seeds, params, a.cold)
+        out = report(scenarios, a.seeds, params, a.cold)
+        if a.random is not None:
+            out["random_seed"] = a.random_seed
+            out["below_0_97"] = sorted(r["name"] for r in out["scenarios"] if r["default_over_best"] < 0.97)
     except BadInput as e:
         print(f"simulate_policy: {e}", file=sys.stderr)
         return 2
@@ -74,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _random(a, params) -> int:
-    """Drawn scenarios: the report, with how many fall below 0.97 of the best fixed setting."""
+def _drawn(a) -> list[Scenario]:
+    """The ``--random`` scenarios, written to ``--save-scenarios`` when given.
+    Raises: BadInput: the file cannot be written."""
     drawn = random_scenarios(a.random, a.random_seed)
     if a.save_scenarios:
         try:
@@ -83,11 +87,7 @@ def _random(a, params) -> int:
                 json.dump({"scenarios": drawn}, f, indent=1)
         except OSError as e:
             raise BadInput(f"cannot write {a.save_scenarios}: {e}") from None
-    out = report([Scenario.from_dict(d) for d in drawn], a.seeds, params, a.cold)
-    out["random_seed"] = a.random_seed
-    out["below_0_97"] = sorted(r["name"] for r in out["scenarios"] if r["default_over_best"] < 0.97)
-    print(json.dumps(out, indent=1))
-    return 0
+    return [Scenario.from_dict(d) for d in drawn]
 
 
 def _two_drafts(out: dict, table: bool) -> int:

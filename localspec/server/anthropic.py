@@ -325,8 +325,7 @@ class MessageShape:
         out = self._close()
         self._index += 1
         self._open = kind
-        return out + typed_sse({"type": "content_block_start", "index": self._index,
-                                                    "content_block": block})
+        return out + typed_sse({"type": "content_block_start", "index": self._index, "content_block": block})
 
     def _delta(self, delta: dict) -> bytes:
         return typed_sse({"type": "content_block_delta", "index": self._index, "delta": delta})
