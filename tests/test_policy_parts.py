@@ -9,7 +9,7 @@ import pytest
 
 from localspec.bench import simulate as sim
 from localspec.engine.events import Step
-from localspec.engine.policy import DEFAULT, LARGE, SCHEMA, SMALL, AdaptivePolicy, Params, PairPolicy, State
+from localspec.engine.policy import DEFAULT, SCHEMA, AdaptivePolicy, Params, State
 from localspec.engine.policy.acceptance import AcceptanceModel
 from localspec.engine.policy.costs import CostModel, costs_by_size, monotone
 from localspec.errors import BadInput
@@ -129,21 +129,6 @@ def test_a_losing_pair_learned_once_starts_the_next_answer_paused_and_quiet():
     assert second.next_k() > 0 and second.probe, "the probe is due"
 
 
-def test_a_paused_start_probes_soon_where_the_last_answer_drafted_at_a_gain_before_it_paused():
-    """An answer that drafted at a predicted gain and then paused changed its text midway:
-    the next answer, starting paused, probes after probe_min tokens, not the budgeted gap."""
-    learned = _answer(AdaptivePolicy(1, 8)).learned()
-    assert learned["gained"] < Params().seeded_probe, "a losing pair predicts a gain only while it learns"
-    budgeted = AdaptivePolicy(1, 8, learned=learned)
-    soon = AdaptivePolicy(1, 8, learned=dict(learned, gained=Params().seeded_probe))
-    assert budgeted.state is soon.state is State.PAUSED
-    assert soon.probe_every == Params().probe_min < budgeted.probe_every
-    assert not AdaptivePolicy(1, 8, learned=dict(learned, gained="many")).seeded, "damaged: starts from nothing"
-    # Two drafts: a paused draft's early probe would undo which draft the router chose.
-    pair = PairPolicy.build(1, 8, None, True, {SMALL: dict(learned, gained=99), LARGE: dict(learned, gained=99)})
-    assert [pol.probe_every for pol in (pair.small, pair.large)] == [budgeted.probe_every] * 2
-
-
 @pytest.mark.parametrize("learned", [{"version": 1, "verify": {"1": 0.01}}, {"version": SCHEMA, "costs": "x"},
                                      {"version": SCHEMA, "costs": {"verify": {"1": "a"}}, "acceptance": {}},
                                      "damaged", None])
@@ -221,7 +206,6 @@ def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     ("probes weigh more while paused", "acceptance-recovers-halfway"),
     ("failed probes back off", "cpu-lookup-finds-nothing+noise10"),
     ("start paused from what was learned", "cpu-lookup-finds-nothing"),
-    ("... probing soon where the last answer drafted at a gain", "acceptance-collapses-halfway+noise10"),
     ("the policy's own time priced apart", "cpu-tiny-target-lookup-rare-matches"),
 ])
 def test_each_mechanism_earns_its_place(mechanism, scenario):

@@ -310,7 +310,6 @@ ABLATIONS = {
     "the policy's own time priced apart": {"own_apart": False},
     "monotone verify costs": {"monotone": False},
     "start paused from what was learned": {"seeded_pause": False},
-    "... probing soon where the last answer drafted at a gain": {"seeded_probe": 10**9},
     "... not on costs each sampled once": {"lone_guard": False},
     "a batch size's first decode priced as a one-off": {"build_min": 1e9},
 }

@@ -74,7 +74,7 @@ class AdaptivePolicy:
         self.refresh_every = params.refresh_min
         self.backoff, self.failed = 1, 0   # failed probes in a row widen the gap by this
         self.t_last: float | None = None
-        self.pauses = self.probes = self.gained = 0   # (gained: drafting rounds predicted to gain)
+        self.pauses = self.probes = 0
         self.predicted_speedup, self.seeded = 1.0, False
         self._reason: str | None = "starting: measuring draft and target costs"
         self._note, self._cache = None, {}   # (a sentence to tell; curves by their arguments)
@@ -83,11 +83,11 @@ class AdaptivePolicy:
                 self.costs.seed(learned["costs"])
                 self.acc.seed(learned["acceptance"])
                 self.k = self._on_ladder(int(learned.get("k", self.k)))
-                gained, self.seeded = int(learned.get("gained", 0)), True
+                self.seeded = True
             except (KeyError, TypeError, ValueError, AttributeError):
                 self.__init__(draft_min, draft_max, p_min, can_pause, probe_budget, None, params, clock, size_ratio)
                 return
-            self._start_seeded(learned.get("drafting") is False, gained)
+            self._start_seeded(learned.get("drafting") is False)
         if self.drafting and can_pause and self.costs.first.value is None and (size_ratio or 0.0) >= 1.0:
             self._pause(f"the draft's weights are {size_ratio:.1f}x the target's: drafting cannot pay",
                         every=int(min(params.probe_min * size_ratio, params.probe_max)))
@@ -282,7 +282,6 @@ class AdaptivePolicy:
                     and predict.repays(self.curve(z=p.explore_z), self.k, k_try, self.tokens, extra, p.build_horizon)):
                 self.k = k_try
             self.predicted_speedup = self.speedup(self.k) or 0.0
-            self.gained += s_best > 1.0
             self._schedule_refresh(s_best)
             n = self.since_resume
             # A clear expected loss over enough fresh rounds (a lookup that finds nothing can
@@ -336,7 +335,7 @@ class AdaptivePolicy:
         self.probe_every = int(min(max(every, self.p.probe_min), self.p.probe_max))
         if was is not State.PROBING:
             self.pauses += 1
-        self._reason = report.explain(self, why, True)
+        self._reason = self._explain(why)
         if why is not None:      # a pause from the start: said before the answer
             self._note = self._reason
         return None if quiet or why is not None else self._reason
@@ -352,12 +351,11 @@ class AdaptivePolicy:
         extra = catch + c[k][1] - c[k][0] * c1
         return extra / (self.budget * c1) if extra > 0 and c1 > 0 else self.p.probe_min
 
-    def _start_seeded(self, ended_paused: bool, gained: int) -> None:
+    def _start_seeded(self, ended_paused: bool) -> None:
         """Start paused when an earlier generation's costs say drafting loses even read
         optimistically, or it ended paused and they predict no gain; on costs that were each
         one sample there (maybe a GPU's first decodes), only for a draft too dear to pay even
-        at the plain step's price per batch, all accepted. Probe soon where that generation
-        drafted at a gain for ``seeded_probe`` rounds before it paused: its text changed."""
+        at the plain step's price per batch, all accepted."""
         if not self.costs.known:
             return
         self.state = State.DRAFTING
@@ -368,7 +366,7 @@ class AdaptivePolicy:
                 and not (self.p.lone_guard and self.costs.weak and not self._draft_alone_loses())
                 and (ended_paused or self.bounds()[1] < 1.0)):
             self.k = k_best
-            self._pause("from the last run", every=self.p.probe_min if gained >= self.p.seeded_probe else None)
+            self._pause("from the last run")
 
     def _draft_alone_loses(self) -> bool:
         """Whether drafting loses with every verify batch at the plain step's cost and every
@@ -381,8 +379,11 @@ class AdaptivePolicy:
     @property
     def reason(self) -> str:   # the latest reasoning, in plain words
         if self._reason is None:
-            self._reason = report.explain(self, None, self.state is State.PAUSED)
+            self._reason = self._explain(None)
         return self._reason
+
+    def _explain(self, why: str | None) -> str:
+        return report.explain(self, why, self.state is State.PAUSED)
 
     def describe(self) -> str:
         return (f"adaptive K in [{self.draft_min}, {self.draft_max}]" + (f", p_min {self.p_min}" if self.p_min else "")
@@ -393,7 +394,7 @@ class AdaptivePolicy:
         if self.costs.plain() is None:
             return None
         return {"version": SCHEMA, "costs": self.costs.to_dict(), "acceptance": self.acc.to_dict(),
-                "k": self.k, "drafting": self.drafting, "gained": self.gained}
+                "k": self.k, "drafting": self.drafting}
 
     def estimates(self) -> dict:
         return report.estimates(self)

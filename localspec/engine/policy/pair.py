@@ -92,11 +92,11 @@ class PairPolicy:
     def build(cls, draft_min: int, draft_max: int, p_min: float | None, can_pause: bool,
               learned: dict | None = None, params: Params = DEFAULT, size_ratios: tuple | None = None,
               **kw) -> PairPolicy:
-        """A pair seeded from ``learned``; ``size_ratios``: each draft's weights over the target's.
-        No draft probes soon from a paused start (``gained`` 0): that undoes the router's choice."""
-        learned, ratios = learned or {}, size_ratios or (None, None)
-        own = {n: dict(d, gained=0) if isinstance(d := learned.get(n), dict) else d for n in (SMALL, LARGE)}
-        return cls(*(AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=own[name],
+        """A pair seeded from ``learned`` (:meth:`learned`); ``size_ratios``: each draft's
+        weights over the target's (see AdaptivePolicy)."""
+        learned = learned or {}
+        ratios = size_ratios or (None, None)
+        return cls(*(AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(name),
                                     params=params, size_ratio=ratio, **kw)
                      for name, ratio in zip((SMALL, LARGE), ratios)), params=params, use=learned.get(USE))
 
