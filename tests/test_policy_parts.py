@@ -338,3 +338,20 @@ def test_a_graph_build_costs_once_per_batch_size_and_for_the_draft():
         assert t1 - t0 == pytest.approx(extra)
     with pytest.raises(sim.BadInput):
         sim.Scenario.from_dict({**base, "first_ms": -1})
+
+
+def test_the_earlier_answer_a_scenario_starts_from_can_be_another_prompts_text():
+    """``seed``: the answer the default starts from read other text (another prompt): here it
+    drafted at a gain, then its text turned hard and it paused; this answer's text is hard
+    throughout. Without ``seed`` the earlier answer is this one's text."""
+    base = {"name": "x", "target_ms": [10, 12, 13, 14, 15, 16, 17, 18, 19], "draft_ms": 4.0, "accept": [0.5],
+            "tokens": 128, "seed_tokens": 256}
+    s = sim.Scenario.from_dict(dict(base, seed={"accept": [0.99], "then": {"at": 160, "accept": [0.5]}}))
+    earlier = s.earlier()
+    assert (earlier.tokens, earlier.accept, earlier.then_at, s.accept) == (256, (0.99,), 160, (0.5,))
+    _, _, learned = sim.simulate(earlier, "default", 1)
+    assert learned["drafting"] is False
+    assert sim.Scenario.from_dict(base).earlier().accept == (0.5,)
+    for bad in ([1], {"accept": [1.5]}, {"accept": [0.5], "then": {"accept": [0.5]}}):
+        with pytest.raises(BadInput):
+            sim.Scenario.from_dict(dict(base, seed=bad))

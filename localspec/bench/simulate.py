@@ -21,6 +21,8 @@ so their tokens per second differ only by their decisions. Format of a scenario 
                                  # first as the plain step's)
      "seed_tokens": 8,           # optional: the length of the earlier answer the default starts
                                  # from (default: as long as this one)
+     "seed": {"accept": [...], "then": {...}},   # optional: that earlier answer's own acceptance
+                                 # (another prompt's text; default: this one's)
      "drafter": "model"}         # optional: "model", "mtp" or "ngram" (default: ngram when draft_ms is 0)
 """
 
@@ -65,12 +67,16 @@ class Scenario:
     drafter: str = "model"
     first_ms: tuple[float, ...] = ()
     seed_tokens: int | None = None
+    seed_accept: tuple[float, ...] = ()
+    seed_then_at: int | None = None
+    seed_then_accept: tuple[float, ...] = ()
 
     @classmethod
     def from_dict(cls, d: dict) -> Scenario:
         """Raises: BadInput: a field missing or out of range."""
         try:
-            then = d.get("then") or {}
+            then, seed = d.get("then") or {}, d.get("seed") or {}
+            seed_then = seed.get("then") or {}
             s = cls(name=str(d["name"]), target_ms=tuple(float(x) for x in d["target_ms"]),
                     draft_ms=float(d["draft_ms"]), accept=tuple(float(x) for x in d["accept"]),
                     tokens=int(d["tokens"]), then_at=int(then["at"]) if then else None,
@@ -79,8 +85,11 @@ class Scenario:
                     policy_ms=float(d.get("policy_ms", 0.0)),
                     match=float(d.get("match", 1.0)), first_ms=_by_size(d.get("first_ms", 0.0)),
                     seed_tokens=int(d["seed_tokens"]) if d.get("seed_tokens") is not None else None,
+                    seed_accept=tuple(float(x) for x in seed.get("accept", ())),
+                    seed_then_at=int(seed_then["at"]) if seed_then else None,
+                    seed_then_accept=tuple(float(x) for x in seed_then.get("accept", ())),
                     drafter=str(d.get("drafter") or ("ngram" if float(d["draft_ms"]) == 0 else "model")))
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise BadInput(f"scenario {d.get('name', '?')!r}: bad or missing field ({e})") from None
         if min(s.first_ms, default=0.0) < 0 or s.policy_ms < 0 or (s.seed_tokens is not None and s.seed_tokens < 1):
             raise BadInput(f"scenario {s.name!r}: first_ms and policy_ms must be >= 0, seed_tokens >= 1")
@@ -88,7 +97,8 @@ class Scenario:
             raise BadInput(f"scenario {s.name!r}: loop_ms must be two times >= 0 (drafting, plain)")
         if not s.target_ms or min(s.target_ms) <= 0 or not s.accept or s.tokens < 1 or s.draft_ms < 0:
             raise BadInput(f"scenario {s.name!r}: target_ms, accept and tokens must be non-empty and positive")
-        if any(not 0.0 <= a <= 1.0 for a in s.accept + s.then_accept + (s.match,)) or not 0.0 <= s.noise < 1.0:
+        if any(not 0.0 <= a <= 1.0 for a in s.accept + s.then_accept + s.seed_accept + s.seed_then_accept + (s.match,)) \
+                or not 0.0 <= s.noise < 1.0:
             raise BadInput(f"scenario {s.name!r}: acceptances and match must be in [0, 1], noise in [0, 1)")
         if s.drafter not in ("model", "mtp", "ngram"):
             raise BadInput(f"scenario {s.name!r}: drafter must be model, mtp or ngram")
@@ -103,6 +113,13 @@ class Scenario:
             slope = ms[-1] - ms[-2] if len(ms) > 1 else 0.0
             v = ms[-1] + slope * (n - len(ms))
         return v / 1000.0 * (1.0 + self.drift * tokens / self.tokens)
+
+    def earlier(self) -> Scenario:
+        """The earlier answer the default starts from: ``seed_tokens`` long, on ``seed``'s text."""
+        s = replace(self, tokens=self.seed_tokens) if self.seed_tokens else self
+        if self.seed_accept:
+            s = replace(s, accept=self.seed_accept, then_at=self.seed_then_at, then_accept=self.seed_then_accept)
+        return s
 
     def p_accept(self, i: int, tokens: int) -> float:
         acc = self.then_accept if self.then_at is not None and tokens >= self.then_at else self.accept
@@ -208,8 +225,7 @@ def evaluate(s: Scenario, seeds: int = 1, params: Params | None = None, cold: bo
         for seed in range(seeds):
             learned = None
             if setting == "default" and not cold:
-                earlier = replace(s, tokens=s.seed_tokens) if s.seed_tokens else s
-                learned = simulate(earlier, setting, seeds + seed, params)[2]
+                learned = simulate(s.earlier(), setting, seeds + seed, params)[2]
             runs.append(simulate(s, setting, seed, params, learned))
         out[setting] = sum(r[0] for r in runs) / sum(r[1] for r in runs)
     best = max((k for k in out if k != "default"), key=out.get)
@@ -340,8 +356,7 @@ def ablations(mechanisms: dict[str, dict], base: dict[str, float], tps, scenario
 
 def _default_tps(s: Scenario, seeds: int, params: Params) -> float:
     seeds = max(seeds, -(-seeds * MIN_TOKENS // s.tokens))
-    earlier = replace(s, tokens=s.seed_tokens) if s.seed_tokens else s
-    runs = [simulate(s, "default", seed, params, simulate(earlier, "default", seeds + seed, params)[2])
+    runs = [simulate(s, "default", seed, params, simulate(s.earlier(), "default", seeds + seed, params)[2])
             for seed in range(seeds)]
     return sum(r[0] for r in runs) / sum(r[1] for r in runs)
 
