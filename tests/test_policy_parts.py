@@ -352,6 +352,6 @@ def test_the_earlier_answer_a_scenario_starts_from_can_be_another_prompts_text()
     _, _, learned = sim.simulate(earlier, "default", 1)
     assert learned["drafting"] is False
     assert sim.Scenario.from_dict(base).earlier().accept == (0.5,)
-    for bad in ([1], {"accept": [1.5]}, {"accept": [0.5], "then": {"accept": [0.5]}}):
+    for bad in ([1], {"accept": [1.5]}, {"accept": [0.5], "then": {"accept": [0.5]}}, {"then": {"at": 1}}):
         with pytest.raises(BadInput):
             sim.Scenario.from_dict(dict(base, seed=bad))

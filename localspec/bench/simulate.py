@@ -97,9 +97,9 @@ class Scenario:
             raise BadInput(f"scenario {s.name!r}: loop_ms must be two times >= 0 (drafting, plain)")
         if not s.target_ms or min(s.target_ms) <= 0 or not s.accept or s.tokens < 1 or s.draft_ms < 0:
             raise BadInput(f"scenario {s.name!r}: target_ms, accept and tokens must be non-empty and positive")
-        if any(not 0.0 <= a <= 1.0 for a in s.accept + s.then_accept + s.seed_accept + s.seed_then_accept + (s.match,)) \
-                or not 0.0 <= s.noise < 1.0:
-            raise BadInput(f"scenario {s.name!r}: acceptances and match must be in [0, 1], noise in [0, 1)")
+        rates = s.accept + s.then_accept + s.seed_accept + s.seed_then_accept + (s.match,)
+        if any(not 0.0 <= a <= 1.0 for a in rates) or not 0.0 <= s.noise < 1.0 or (seed and not s.seed_accept):
+            raise BadInput(f"scenario {s.name!r}: acceptances (seed's given) and match in [0, 1], noise in [0, 1)")
         if s.drafter not in ("model", "mtp", "ngram"):
             raise BadInput(f"scenario {s.name!r}: drafter must be model, mtp or ngram")
         return s
