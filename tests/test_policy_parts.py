@@ -207,6 +207,7 @@ def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     ("failed probes back off", "cpu-lookup-finds-nothing+noise10"),
     ("start paused from what was learned", "cpu-lookup-finds-nothing"),
     ("the policy's own time priced apart", "cpu-tiny-target-lookup-rare-matches"),
+    ("... probing soon on a new text", "gpu-draft-pays-after-a-prompt-it-lost"),
 ])
 def test_each_mechanism_earns_its_place(mechanism, scenario):
     """Switched off, each mechanism costs its scenario at least 0.5% (the failure it fixes)."""
@@ -214,6 +215,25 @@ def test_each_mechanism_earns_its_place(mechanism, scenario):
     with_it = sim._default_tps(s, 2, Params())
     without = sim._default_tps(s, 2, sim.params_with(sim.ABLATIONS[mechanism]))
     assert without < 0.995 * with_it, (with_it, without)
+
+
+def test_a_cheap_draft_paused_by_the_last_prompt_probes_a_new_one_soon():
+    """A 27B target on a GPU and a 0.5B draft whose last prompt's text it could not draft
+    (5% accepted): the next answer starts paused. Its text is one the draft knows; a probe
+    costs a tenth of a step where drafting could pay 2x, so the first comes after a few
+    tokens, not at the budget's pace (~45 tokens, most of a short answer, at the target's speed).
+    A draft as dear as the demo pair's is not probed soon
+    (test_a_draft_that_pays_only_if_every_token_were_accepted_is_not_probed_early)."""
+    s = next(x for x in sim.load(str(SCENARIOS)) if x.name == "gpu-draft-pays-after-a-prompt-it-lost")
+    learned = sim.simulate(s.earlier(), "default", 1)[2]
+    p = AdaptivePolicy(1, 8, learned=learned)
+    assert p.state is State.PAUSED and p.probe_every == DEFAULT.probe_min
+    late = AdaptivePolicy(1, 8, learned=learned, params=Params(fresh_text=0.0))
+    assert late.state is State.PAUSED and late.probe_every > 3 * DEFAULT.probe_min
+    out = sim.evaluate(s, 2)
+    assert out["default_over_best"] >= 0.9, out
+    without = sim.evaluate(s, 2, Params(fresh_text=0.0))
+    assert without["default_over_best"] < out["default_over_best"] - 0.05, (out, without)
 
 
 def test_a_lookup_that_rarely_matches_pauses_where_the_policy_costs_what_a_match_saves():

@@ -266,7 +266,8 @@ def random_scenarios(n: int, seed: int = 0) -> list[dict]:
     check the default beyond the shipped ones. A target step of 0.2-80 ms, flat, moderate or
     linear in the batch size; prompt lookup in a quarter, else a draft (a third of them an
     MTP head) at 1-100% of the step; per-position acceptance anywhere in 0.02-1; answers of
-    32-1,024 tokens; in some a change of acceptance midway, in half 10% noise.
+    32-1,024 tokens; in some a change of acceptance midway, in half 10% noise; in a quarter
+    the earlier answer the default starts from read another text (its own acceptance).
 
     Raises:
         BadInput: ``n`` below 1.
@@ -290,6 +291,10 @@ def random_scenarios(n: int, seed: int = 0) -> list[dict]:
             d["noise"] = 0.1
         if not lookup and rng.random() < 0.3:
             d["drafter"] = "mtp"
+        earlier = random.Random(f"{seed}:{i}:earlier")   # (its own stream: the fields above draw as they did)
+        if earlier.random() < 0.25:
+            d["seed"] = {"accept": _accept(earlier, rise)}
+            d["name"] += "-after-another-text"
         out.append(d)
     return out
 
@@ -327,6 +332,7 @@ ABLATIONS = {
     "monotone verify costs": {"monotone": False},
     "start paused from what was learned": {"seeded_pause": False},
     "... not on costs each sampled once": {"lone_guard": False},
+    "... probing soon on a new text": {"fresh_text": 0.0},
     "a batch size's first decode priced as a one-off": {"build_min": 1e9},
 }
 

@@ -327,35 +327,35 @@ class AdaptivePolicy:
 
     def _pause(self, why: str | None, every: int | None = None, quiet: bool = False) -> str | None:
         """Pause drafting until the next probe, ``every`` tokens away (else budgeted)."""
-        was = self.state
-        self.state = State.PAUSED
-        self.since_probe = 0
+        was, self.state, self.since_probe = self.state, State.PAUSED, 0
         if every is None:
-            every = self._probe_gap(max(self.k, min(self.p.probe_k, self.draft_max))) * self.backoff
+            _, extra, c1 = self._probe_extra(max(self.k, min(self.p.probe_k, self.draft_max)))   # within budget
+            every = (extra / (self.budget * c1) if extra > 0 and c1 > 0 else self.p.probe_min) * self.backoff
         self.probe_every = int(min(max(every, self.p.probe_min), self.p.probe_max))
         if was is not State.PROBING:
             self.pauses += 1
-        self._reason = self._explain(why)
+        self._reason = report.explain(self, why, True)
         if why is not None:      # a pause from the start: said before the answer
             self._note = self._reason
         return None if quiet or why is not None else self._reason
 
-    def _probe_gap(self, k: int) -> float:
-        """Tokens between probes: what a probe (and its catch-up) costs beyond the plain steps
-        it replaces, over ``budget`` of a plain step."""
+    def _probe_extra(self, k: int) -> tuple[float, float, float]:
+        """(seconds a probe of ``k`` and its catch-up take, of them beyond the plain steps
+        they replace, a plain step's); zeros before they are known."""
         c = self.curve()
         if 0 not in c or k not in c:
-            return self.p.probe_min
+            return 0.0, 0.0, 0.0
         c1 = c[0][1]
         catch = self.costs.catchup * self.p.catchup_window if self.costs.catchup is not None else c[k][1] - c[0][1]
-        extra = catch + c[k][1] - c[k][0] * c1
-        return extra / (self.budget * c1) if extra > 0 and c1 > 0 else self.p.probe_min
+        return catch + c[k][1], catch + c[k][1] - c[k][0] * c1, c1
 
     def _start_seeded(self, ended_paused: bool) -> None:
         """Start paused when an earlier generation's costs say drafting loses even read
         optimistically, or it ended paused and they predict no gain; on costs that were each
         one sample there (maybe a GPU's first decodes), only for a draft too dear to pay even
-        at the plain step's price per batch, all accepted."""
+        at the plain step's price per batch, all accepted. A new text may differ: the first
+        probe comes soon where its whole time is repaid by ``fresh_text`` tokens at the best
+        speed-up all accepted (near break-even its expected cost is ~0, and luck resumes)."""
         if not self.costs.known:
             return
         self.state = State.DRAFTING
@@ -366,7 +366,10 @@ class AdaptivePolicy:
                 and not (self.p.lone_guard and self.costs.weak and not self._draft_alone_loses())
                 and (ended_paused or self.bounds()[1] < 1.0)):
             self.k = k_best
-            self._pause("from the last run")
+            whole, _, c1 = self._probe_extra(max(self.k, min(self.p.probe_k, self.draft_max)))
+            best = max(predict.speedups(self.curve(1.0)).values(), default=0.0)
+            soon = c1 > 0 and best > 1.0 and whole < self.p.fresh_text * c1 * (1.0 - 1.0 / best)
+            self._pause("from the last run", every=self.p.probe_min if soon else None)
 
     def _draft_alone_loses(self) -> bool:
         """Whether drafting loses with every verify batch at the plain step's cost and every
@@ -379,11 +382,8 @@ class AdaptivePolicy:
     @property
     def reason(self) -> str:   # the latest reasoning, in plain words
         if self._reason is None:
-            self._reason = self._explain(None)
+            self._reason = report.explain(self, None, self.state is State.PAUSED)
         return self._reason
-
-    def _explain(self, why: str | None) -> str:
-        return report.explain(self, why, self.state is State.PAUSED)
 
     def describe(self) -> str:
         return (f"adaptive K in [{self.draft_min}, {self.draft_max}]" + (f", p_min {self.p_min}" if self.p_min else "")

@@ -93,11 +93,11 @@ class PairPolicy:
               learned: dict | None = None, params: Params = DEFAULT, size_ratios: tuple | None = None,
               **kw) -> PairPolicy:
         """A pair seeded from ``learned`` (:meth:`learned`); ``size_ratios``: each draft's
-        weights over the target's (see AdaptivePolicy)."""
-        learned = learned or {}
-        ratios = size_ratios or (None, None)
+        weights over the target's (see AdaptivePolicy). No draft probes soon from a paused
+        start (``fresh_text`` 0): the router's scores tell what a new text allows."""
+        learned, ratios = learned or {}, size_ratios or (None, None)
         return cls(*(AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(name),
-                                    params=params, size_ratio=ratio, **kw)
+                                    params=replace(params, fresh_text=0.0), size_ratio=ratio, **kw)
                      for name, ratio in zip((SMALL, LARGE), ratios)), params=params, use=learned.get(USE))
 
     @property

@@ -62,6 +62,8 @@ class Params:
     monotone: bool = True           # fit verify costs that never fall with the batch size
     seeded_pause: bool = True       # start paused when what an earlier answer learned says drafting loses
     lone_guard: bool = True         # ... unless the costs that says it on were each one sample
+    fresh_text: float = 8.0         # ... the first probe soon where this many tokens at drafting's best gain repay it
+                                    # (the earlier answer read another text) [tokens]
     build_min: float = 0.5          # a batch size's first decode in a generation costing this share of its
                                     # later ones more is priced as a one-off (a GPU graph) [fraction]
     build_horizon: int = 128       # tokens a new batch size's first-decode extra must be repaid in [tokens]
