@@ -207,7 +207,7 @@ def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     ("failed probes back off", "cpu-lookup-finds-nothing+noise10"),
     ("start paused from what was learned", "cpu-lookup-finds-nothing"),
     ("the policy's own time priced apart", "cpu-tiny-target-lookup-rare-matches"),
-    ("... probing soon on a new text", "gpu-draft-pays-after-a-prompt-it-lost"),
+    ("... probing soon on a new text", "gpu-pays-after-hard-prompt"),
 ])
 def test_each_mechanism_earns_its_place(mechanism, scenario):
     """Switched off, each mechanism costs its scenario at least 0.5% (the failure it fixes)."""
@@ -224,7 +224,7 @@ def test_a_cheap_draft_paused_by_the_last_prompt_probes_a_new_one_soon():
     tokens, not at the budget's pace (~45 tokens, most of a short answer, at the target's speed).
     A draft as dear as the demo pair's is not probed soon
     (test_a_draft_that_pays_only_if_every_token_were_accepted_is_not_probed_early)."""
-    s = next(x for x in sim.load(str(SCENARIOS)) if x.name == "gpu-draft-pays-after-a-prompt-it-lost")
+    s = next(x for x in sim.load(str(SCENARIOS)) if x.name == "gpu-pays-after-hard-prompt")
     learned = sim.simulate(s.earlier(), "default", 1)[2]
     p = AdaptivePolicy(1, 8, learned=learned)
     assert p.state is State.PAUSED and p.probe_every == DEFAULT.probe_min
