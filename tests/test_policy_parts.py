@@ -221,7 +221,7 @@ def test_a_cheap_draft_paused_by_the_last_prompt_probes_a_new_one_soon():
     """A 27B target on a GPU and a 0.5B draft whose last prompt's text it could not draft
     (5% accepted): the next answer starts paused. Its text is one the draft knows; a probe
     costs a tenth of a step where drafting could pay 2x, so the first comes after a few
-    tokens, not at the budget's pace (~45 tokens, most of a short answer, at the target's speed).
+    tokens, not at the budget's pace (~40 tokens at the target's speed, most of a short answer).
     A draft as dear as the demo pair's is not probed soon
     (test_a_draft_that_pays_only_if_every_token_were_accepted_is_not_probed_early)."""
     s = next(x for x in sim.load(str(SCENARIOS)) if x.name == "gpu-pays-after-hard-prompt")
