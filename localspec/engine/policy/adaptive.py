@@ -98,6 +98,7 @@ class AdaptivePolicy:
     drafting = property(lambda self: self.state in (State.MEASURING, State.DRAFTING))
     probe = property(lambda self: self.state is State.PROBING)
     k_now = property(lambda self: self.k if self.drafting else 0)   # the draft length in force (0 while paused)
+    probe_len = property(lambda self: max(self.k, min(self.p.probe_k, self.draft_max)))   # a probe's draft length
 
     def next_k(self) -> int:
         if self.t_last is None:
@@ -105,7 +106,7 @@ class AdaptivePolicy:
         if self.state is State.PAUSED and self.since_probe >= self.probe_every:
             self.state = State.PROBING
         if self.state is State.PROBING:
-            return max(self.k, min(self.p.probe_k, self.draft_max))
+            return self.probe_len
         return 0 if self.state is State.PAUSED or (self.round and not self._plain_fresh()) else self.k
 
     def _plain_fresh(self) -> bool:
@@ -329,17 +330,16 @@ class AdaptivePolicy:
         """Pause drafting until the next probe, ``every`` tokens away (else budgeted)."""
         was, self.state, self.since_probe = self.state, State.PAUSED, 0
         if every is None:
-            _, extra, c1 = self._probe_extra(max(self.k, min(self.p.probe_k, self.draft_max)))   # within budget
+            _, extra, c1 = self._probe_seconds(self.probe_len)   # probes within the budget
             every = (extra / (self.budget * c1) if extra > 0 and c1 > 0 else self.p.probe_min) * self.backoff
         self.probe_every = int(min(max(every, self.p.probe_min), self.p.probe_max))
-        if was is not State.PROBING:
-            self.pauses += 1
+        self.pauses += was is not State.PROBING
         self._reason = report.explain(self, why, True)
         if why is not None:      # a pause from the start: said before the answer
             self._note = self._reason
         return None if quiet or why is not None else self._reason
 
-    def _probe_extra(self, k: int) -> tuple[float, float, float]:
+    def _probe_seconds(self, k: int) -> tuple[float, float, float]:
         """(seconds a probe of ``k`` and its catch-up take, of them beyond the plain steps
         they replace, a plain step's); zeros before they are known."""
         c = self.curve()
@@ -366,7 +366,7 @@ class AdaptivePolicy:
                 and not (self.p.lone_guard and self.costs.weak and not self._draft_alone_loses())
                 and (ended_paused or self.bounds()[1] < 1.0)):
             self.k = k_best
-            whole, _, c1 = self._probe_extra(max(self.k, min(self.p.probe_k, self.draft_max)))
+            whole, _, c1 = self._probe_seconds(self.probe_len)
             best = max(predict.speedups(self.curve(1.0)).values(), default=0.0)
             soon = c1 > 0 and best > 1.0 and whole < self.p.fresh_text * c1 * (1.0 - 1.0 / best)
             self._pause("from the last run", every=self.p.probe_min if soon else None)
