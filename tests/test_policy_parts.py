@@ -208,6 +208,7 @@ def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     ("start paused from what was learned", "cpu-lookup-finds-nothing"),
     ("the policy's own time priced apart", "cpu-tiny-target-lookup-rare-matches"),
     ("... probing soon on a new text", "gpu-pays-after-hard-prompt"),
+    ("... a probe judged on its own (a new text found)", "acceptance-recovers-halfway"),
 ])
 def test_each_mechanism_earns_its_place(mechanism, scenario):
     """Switched off, each mechanism costs its scenario at least 0.5% (the failure it fixes)."""
@@ -234,6 +235,35 @@ def test_a_cheap_draft_paused_by_the_last_prompt_probes_a_new_one_soon():
     assert out["default_over_best"] >= 0.9, out
     without = sim.evaluate(s, 2, Params(fresh_text=0.0))
     assert without["default_over_best"] < out["default_over_best"] - 0.05, (out, without)
+
+
+def test_a_probe_that_finds_a_new_text_resumes_at_the_k_it_found():
+    """Prompt lookup on a compute-bound CPU target (a batch of 5 costs 2.2 steps), after a
+    prompt it could not draft (8% accepted): the answer starts paused. On this text, code it
+    can copy, a probe of 4 gets all 4 accepted. Weighed with the last prompt's evidence, that
+    resumed drafting at K=1 (0.58 accepted), to climb from there over tens of rounds (where a
+    batch costs more, it stayed paused). Judged on its own the probe is far off (4 sd) what
+    that evidence predicts: it is another text's, and drafting resumes at the K the probe found."""
+    s = sim.Scenario.from_dict({"name": "lookup-code-after-chat", "target_ms": [2.0 + 0.6 * i for i in range(9)],
+                                "draft_ms": 0.0, "accept": [0.8, 0.9, 0.9, 0.92, 0.93, 0.94, 0.95, 0.95],
+                                "tokens": 256, "seed": {"accept": [0.08, 0.3, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4]}})
+    learned = sim.simulate(s.earlier(), "default", 1)[2]
+    seen = {}
+    for name, params in (("judged alone", DEFAULT), ("judged with the old text", Params(probe_keep=1e9))):
+        clock = sim.SimClock()
+        p = AdaptivePolicy(1, 8, learned=learned, params=params, clock=clock)
+        assert p.state is State.PAUSED
+        p.passed(p.quiet_rounds() + 1, p.quiet_rounds() + 1)
+        k = p.next_k()
+        assert p.state is State.PROBING and k == 4
+        clock.now += 0.0044
+        p.observe(Step(index=0, k=k, drafted=k, accepted=k, emitted=k + 1, draft_seconds=0.0, verify_seconds=0.0044,
+                       drafting=False, draft_steps=1, verify_batch=k + 1, probe=True))
+        seen[name] = p.state, p.k
+    assert seen["judged alone"][0] is State.DRAFTING and seen["judged alone"][1] >= 3, seen
+    assert seen["judged with the old text"][1] == 1, seen
+    out, without = sim.evaluate(s, 2), sim.evaluate(s, 2, Params(probe_keep=1e9))
+    assert out["default_over_best"] > without["default_over_best"] + 0.01, (out, without)
 
 
 def test_a_lookup_that_rarely_matches_pauses_where_the_policy_costs_what_a_match_saves():

@@ -379,7 +379,8 @@ def test_a_paused_idle_draft_does_not_probe_while_the_other_drafts(scenarios, mo
     text): the small draft pauses itself, and a probe of it would fail a whole round, a target
     verify for one token, where the large draft's round gives nine. While the large one
     drafts, the small one does not probe (scores of it tell as much, for a catch-up): it
-    drafts no round after its first answer, and the pair keeps up with the large draft alone."""
+    drafts no round after its first answer, and the pair keeps up with the large draft alone
+    (without the rule it loses more than the 0.5% a mechanism must earn)."""
     s = scenarios["trio-hard"]
     rounds = []
     observe = sd.LayeredPair.observe
@@ -394,7 +395,7 @@ def test_a_paused_idle_draft_does_not_probe_while_the_other_drafts(scenarios, mo
     monkeypatch.undo()
     on = sd.evaluate(s, 3)["both_over_better_single"]
     off = sd.evaluate(s, 3, Params(quiet_idle=False))["both_over_better_single"]
-    assert on >= 0.99 and on > off + 0.01, (on, off)
+    assert on >= 0.99 and on > off + 0.005, (on, off)
 
 
 def test_layered_rounds_are_priced_on_the_small_drafts_hits():

@@ -318,6 +318,7 @@ def report(scenarios: list[Scenario], seeds: int = 1, params: Params | None = No
 # Each mechanism of the adaptive policy, switched off by these parameters (see docs/adaptive-policy.md).
 ABLATIONS = {
     "shift detection": {"shift_z": 1e9},
+    "... a probe judged on its own (a new text found)": {"probe_keep": 1e9},
     "pause on a clear expected loss": {"expected_loss": 1.0},
     "K chosen with costs read optimistically": {"explore_z": 0.0},
     "plain-step refresh by budget": {"refresh_min": 10**9, "refresh_max": 10**9},

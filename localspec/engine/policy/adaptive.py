@@ -208,7 +208,7 @@ class AdaptivePolicy:
             self.draft_rounds += 1
             self.costs.add_draft(r.draft_steps, r.draft_seconds - r.wait_seconds,
                                  r.sync_seconds - r.wait_seconds, r.sync_tokens)
-            if self.state is State.DRAFTING and r.drafted and self.acc.shifted(r.drafted, r.accepted):
+            if r.drafted and self.state is not State.MEASURING and self.acc.shifted(r.drafted, r.accepted, self.probe):
                 self.since_resume = 0
             self.acc.judge(r.k, r.drafted, r.accepted, probe=r.probe)
             if self.drafting:

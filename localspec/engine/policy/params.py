@@ -23,6 +23,8 @@ class Params:
     resume_weight: float = 8.0      # acceptance evidence kept on a resume or a shift [tokens]
     shift_z: float = 3.5            # accepted tokens this far off their prediction ... [standard deviations]
     shift_rounds: int = 8           # ... over this many recent rounds: the text changed [rounds]
+    shift_min: float = 1.5          # ... and at least this many [tokens]
+    probe_keep: float = 2.0         # a probe that far off its prediction keeps this much older evidence [tokens]
     min_rounds: int = 4             # drafting rounds after a (re)start before acceptance may pause [rounds]
     move_margin: float = 0.02       # a new K must be predicted this much faster [fraction]
     expected_loss: float = 0.08     # drafting pauses when expected to lose this much ... [fraction]
