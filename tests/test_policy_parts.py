@@ -242,8 +242,9 @@ def test_a_probe_that_finds_a_new_text_resumes_at_the_k_it_found():
     prompt it could not draft (8% accepted): the answer starts paused. On this text, code it
     can copy, a probe of 4 gets all 4 accepted. Weighed with the last prompt's evidence, that
     resumed drafting at K=1 (0.58 accepted), to climb from there over tens of rounds (where a
-    batch costs more, it stayed paused). Judged on its own the probe is far off (4 sd) what
-    that evidence predicts: it is another text's, and drafting resumes at the K the probe found."""
+    batch costs more, it stayed paused). Judged on its own the probe is far off what that
+    evidence predicts (0.2 accepted; 7 sd): it is another text's, and drafting resumes at the
+    K the probe found."""
     s = sim.Scenario.from_dict({"name": "lookup-code-after-chat", "target_ms": [2.0 + 0.6 * i for i in range(9)],
                                 "draft_ms": 0.0, "accept": [0.8, 0.9, 0.9, 0.92, 0.93, 0.94, 0.95, 0.95],
                                 "tokens": 256, "seed": {"accept": [0.08, 0.3, 0.4, 0.4, 0.4, 0.4, 0.4, 0.4]}})
