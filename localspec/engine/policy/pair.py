@@ -95,9 +95,9 @@ class PairPolicy:
         """A pair seeded from ``learned`` (:meth:`learned`); ``size_ratios``: each draft's
         weights over the target's (see AdaptivePolicy). No draft probes soon from a paused
         start (``fresh_text`` 0): the router's scores tell what a new text allows."""
-        learned, ratios = learned or {}, size_ratios or (None, None)
+        learned, ratios, own = learned or {}, size_ratios or (None, None), replace(params, fresh_text=0.0)
         return cls(*(AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(name),
-                                    params=replace(params, fresh_text=0.0), size_ratio=ratio, **kw)
+                                    params=own, size_ratio=ratio, **kw)
                      for name, ratio in zip((SMALL, LARGE), ratios)), params=params, use=learned.get(USE))
 
     @property
