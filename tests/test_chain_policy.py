@@ -67,7 +67,9 @@ def simulate_chain(policy: ChainPolicy, *, target_step, model_step, model_accept
 
 
 def test_a_losing_draft_model_pauses_while_lookups_go_on():
-    """Draft model as dear as the target: it pauses; the lookups, which pay, keep drafting."""
+    """Draft model as dear as the target: it pauses; the lookups, which pay, keep drafting.
+    The model drafts only its probes (of one token, the K in force) and the few rounds a
+    lucky one resumes it for."""
     p = ChainPolicy.build(1, 8, None, True)
     sources = simulate_chain(p, target_step=0.020, model_step=0.018, model_accept=0.6, lookup_hit=0.4,
                              lookup_accept=0.9)
@@ -75,7 +77,7 @@ def test_a_losing_draft_model_pauses_while_lookups_go_on():
     assert p.lookup.drafting and p.lookup.pauses == 0
     late = sources[150:]
     assert late.count(LOOKUP) / len(late) > 0.25
-    assert late.count(MODEL) / len(late) < 0.1          # probes only
+    assert late.count(MODEL) / len(late) < 0.15         # probes, and rounds a lucky one resumes
     est = p.estimates()
     assert est["chain"] and est[MODEL]["drafting"] is False and est[LOOKUP]["drafting"] is True
     assert "draft model:" in p.reason and "paused" in p.reason
@@ -255,7 +257,7 @@ def _paused_one_asked(which: str, quiet: bool, **sim):
         pol.quiet_rounds = lambda: 0
     asked = []
     next_k = pol.next_k
-    pol.next_k = lambda: asked.append(pol.round) or next_k()
+    pol.next_k = lambda: asked.append((pol.round, pol.drafting)) or next_k()
     sources = simulate_chain(p, rounds=600, **sim)
     state = (pol.drafting, pol.pauses, pol.probes, pol.round, pol.tokens, pol.since_probe, pol.probe_every)
     return sources, asked, state
@@ -271,8 +273,11 @@ def test_a_paused_draft_model_is_asked_nothing_between_its_measured_rounds():
     every_sources, every_asked, every_state = _paused_one_asked("model", False, **sim)
     assert not state[0] and state[1] >= 1                    # paused
     assert sources == every_sources and state == every_state
-    late = [r for r in asked if r >= 200]
-    assert len(late) < 0.1 * 400 and len([r for r in every_asked if r >= 200]) == 400
+    # Paused, it is asked for its probes and the round before each (a lucky probe may resume
+    # it for a few rounds: it is asked every round then, as any drafting policy).
+    late_paused = [r for r, drafting in asked if r >= 200 and not drafting]
+    assert len(late_paused) <= 2 * state[2]
+    assert len([r for r, _ in every_asked if r >= 200]) == 400
 
 
 def test_paused_lookups_are_asked_nothing_between_their_measured_rounds():
@@ -287,8 +292,8 @@ def test_paused_lookups_are_asked_nothing_between_their_measured_rounds():
     assert not state[0] and state[1] >= 1                    # paused
     assert sources == every_sources and state == every_state
     assert sources[-100:].count(MODEL) >= 90
-    late = [r for r in asked if r >= 200]   # the round before each probe and the probe
-    assert len(late) < 0.3 * len([r for r in every_asked if r >= 200])
+    late = [r for r, _ in asked if r >= 200]   # the round before each probe and the probe
+    assert len(late) < 0.3 * len([r for r, _ in every_asked if r >= 200])
 
 
 def test_a_draft_model_that_starts_paused_says_so_before_the_first_round():

@@ -208,7 +208,7 @@ def test_short_hard_start_is_probed_soon():
 def test_lookups_the_target_keeps_rejecting_are_not_probed_early():
     """Early probes are for a drafter that could plausibly pay: lookups that always find a
     match the target rejects, on a CPU where each token in a verify batch costs 60% of a
-    step, pause and are probed at the budget's pace (the first after ~125 tokens), not at
+    step, pause and are probed at the budget's pace (the first after ~65 tokens), not at
     the tokens so far (13, 28, 58...: each probe cost three plain steps for one token)."""
     p = AdaptivePolicy(1, 8)
     log = []
@@ -220,12 +220,13 @@ def test_lookups_the_target_keeps_rejecting_are_not_probed_early():
             probes.append(tokens)
         tokens += emitted
     assert not p.drafting and p.pauses == 1
-    assert probes and probes[0] >= 100 and len(probes) <= 3, probes
+    assert probes and probes[0] >= 50 and len(probes) <= 3, probes
 
 
 def test_ngram_drafter_that_loses_pauses():
     """Prompt lookup costs next to nothing, but verifying its poor guesses costs target time:
-    the policy learns that from the lookups it sees, pauses, and probes rarely."""
+    the policy learns that from the lookups it sees, pauses, and its probes cost less than
+    their 2% budget of the time."""
     p = AdaptivePolicy(1, 8)
     log = []
     simulate(p, target_step=0.020, draft_step=0.00005, per_token_verify=0.3, accept=0.1, lookup_hit=0.6,
@@ -234,7 +235,8 @@ def test_ngram_drafter_that_loses_pauses():
     est = p.estimates()
     assert est["draft_cost_ratio"] < 0.01 and est["acceptance"] < 0.3
     late = log[100:]
-    assert sum(1 for k, *_ in late if k > 0) / len(late) < 0.1
+    beyond_plain = sum(seconds - emitted * 0.020 for k, seconds, emitted, _ in late if k > 0)
+    assert beyond_plain / sum(seconds for _, seconds, _, _ in late) < 0.02
 
 
 def test_rounds_that_cost_more_than_their_decodes_say_are_counted():
@@ -420,11 +422,13 @@ def test_a_draft_that_pays_only_if_every_token_were_accepted_is_not_probed_early
     would gain a few percent, and the first probe used to come at the eighth token of every
     answer (a catch-up and a losing round each; in a chain, on the first lookup miss).
     What a probe may find, averaged over the acceptance evidence, is worth too little to
-    probe soon: answers of 128 tokens, each seeded by the last, probe at the budget's pace.
+    probe soon: answers of 128 tokens, each seeded by the last, probe at the budget's pace
+    (probes of the K in force, 1-4 here: 20-40 tokens apart), their time beyond the plain
+    steps they replace near its 2% (the acceptance they are priced at reads a little high).
     A short hard stretch of a draft that pays is still probed soon
     (test_short_hard_start_is_probed_soon)."""
     cpu = {1: 1.0, 2: 1.8, 3: 1.91, 4: 2.05, 5: 2.21, 6: 2.3, 7: 2.7, 8: 2.85, 9: 2.91}
-    learned, probes_at = None, []
+    learned, probes_at, beyond, spent = None, [], 0.0, 0.0
     for answer in range(6):
         p = AdaptivePolicy(1, 8, learned=learned)
         log = []
@@ -432,15 +436,18 @@ def test_a_draft_that_pays_only_if_every_token_were_accepted_is_not_probed_early
                  log=log, batch_cost=lambda n: cpu[min(n, 9)])
         learned = p.learned()
         tokens = 0
-        for _k, _, emitted, probe in log:
+        for k, seconds, emitted, probe in log:
             if probe:
                 probes_at.append((answer, tokens))
+            if answer > 0:
+                beyond += seconds - emitted * 0.010 if k else 0.0
+                spent += seconds
             tokens += emitted
         if answer == 0:
             assert p.pauses >= 1 and not p.drafting
     later = [at for answer, at in probes_at if answer > 0]
-    assert not later or min(later) >= 100, probes_at
-    assert len(later) <= 2, probes_at
+    assert not later or min(later) > DEFAULT.probe_min, probes_at
+    assert beyond / spent < 0.03, (beyond / spent, probes_at)
 
 
 def test_the_first_round_is_timed_from_its_start():

@@ -318,7 +318,6 @@ def report(scenarios: list[Scenario], seeds: int = 1, params: Params | None = No
 # Each mechanism of the adaptive policy, switched off by these parameters (see docs/adaptive-policy.md).
 ABLATIONS = {
     "shift detection": {"shift_z": 1e9},
-    "... a probe judged on its own (a new text found)": {"probe_keep": 1e9},
     "pause on a clear expected loss": {"expected_loss": 1.0},
     "K chosen with costs read optimistically": {"explore_z": 0.0},
     "plain-step refresh by budget": {"refresh_min": 10**9, "refresh_max": 10**9},
@@ -327,13 +326,13 @@ ABLATIONS = {
     "per-position acceptance": {"position_prior": 1e9},
     "probes weigh more while paused": {"probe_decay": 0.98},
     "failed probes back off": {"probe_backoff": 1},
+    "probes of the K in force (not 4 tokens)": {"probe_k": 4},
     "margin to move K": {"move_margin": 0.0},
     "loop time priced": {"measure_loop": False},
     "the policy's own time priced apart": {"own_apart": False},
     "monotone verify costs": {"monotone": False},
     "start paused from what was learned": {"seeded_pause": False},
     "... not on costs each sampled once": {"lone_guard": False},
-    "... probing soon on a new text": {"fresh_text": 0.0},
     "a batch size's first decode priced as a one-off": {"build_min": 1e9},
 }
 

@@ -98,16 +98,11 @@ class AcceptanceModel:
                 arr[:] = [x * self.scale for x in arr]
             self.scale = 1.0
 
-    def shifted(self, drafted: int, accepted: int, alone: bool = False) -> bool:
+    def shifted(self, drafted: int, accepted: int) -> bool:
         """Whether the recent rounds' accepted tokens are so far off what the evidence
         predicted that the text has changed; if so the evidence is thinned (call before
         :meth:`judge`). Decay alone leaves the positions beyond the first unrefuted once
-        drafts fail at the first, and drafting runs on long after acceptance collapsed.
-        ``alone``: a probe, the one fresh round of a pause, judged on its own; a shift keeps
-        ``probe_keep`` tokens (a paused start's evidence may be another text's: its probe
-        finding this one's must resume, and at the K it found, not one the old text allows)."""
-        if alone:
-            self.shift.clear()
+        drafts fail at the first, and drafting runs on long after acceptance collapsed."""
         _, acc = self.rates()
         q, mean, moment = 1.0, 0.0, 0.0
         for i in range(1, min(drafted, len(acc) - 1) + 1):
@@ -119,7 +114,7 @@ class AcceptanceModel:
         var = sum(v for _, v in self.shift)
         if abs(off) >= self.p.shift_min and off * off > self.p.shift_z ** 2 * max(var, 0.25):
             self.shifts += 1
-            self.thin(self.p.probe_keep if alone else None)
+            self.thin()
             return True
         return False
 

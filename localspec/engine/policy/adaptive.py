@@ -208,7 +208,7 @@ class AdaptivePolicy:
             self.draft_rounds += 1
             self.costs.add_draft(r.draft_steps, r.draft_seconds - r.wait_seconds,
                                  r.sync_seconds - r.wait_seconds, r.sync_tokens)
-            if r.drafted and self.state is not State.MEASURING and self.acc.shifted(r.drafted, r.accepted, self.probe):
+            if self.state is State.DRAFTING and r.drafted and self.acc.shifted(r.drafted, r.accepted):
                 self.since_resume = 0
             self.acc.judge(r.k, r.drafted, r.accepted, probe=r.probe)
             if self.drafting:
@@ -330,7 +330,7 @@ class AdaptivePolicy:
         """Pause drafting until the next probe, ``every`` tokens away (else budgeted)."""
         was, self.state, self.since_probe = self.state, State.PAUSED, 0
         if every is None:
-            _, extra, c1 = self._probe_seconds(self.probe_len)   # probes within the budget
+            extra, c1 = self._probe_seconds(self.probe_len)   # probes within the budget
             every = (extra / (self.budget * c1) if extra > 0 and c1 > 0 else self.p.probe_min) * self.backoff
         self.probe_every = int(min(max(every, self.p.probe_min), self.p.probe_max))
         self.pauses += was is not State.PROBING
@@ -339,23 +339,21 @@ class AdaptivePolicy:
             self._note = self._reason
         return None if quiet or why is not None else self._reason
 
-    def _probe_seconds(self, k: int) -> tuple[float, float, float]:
-        """(seconds a probe of ``k`` and its catch-up take, of them beyond the plain steps
-        they replace, a plain step's); zeros before they are known."""
+    def _probe_seconds(self, k: int) -> tuple[float, float]:
+        """(seconds a probe of ``k`` and its catch-up take beyond the plain steps they
+        replace, a plain step's); zeros before they are known."""
         c = self.curve()
         if 0 not in c or k not in c:
-            return 0.0, 0.0, 0.0
+            return 0.0, 0.0
         c1 = c[0][1]
         catch = self.costs.catchup * self.p.catchup_window if self.costs.catchup is not None else c[k][1] - c[0][1]
-        return catch + c[k][1], catch + c[k][1] - c[k][0] * c1, c1
+        return catch + c[k][1] - c[k][0] * c1, c1
 
     def _start_seeded(self, ended_paused: bool) -> None:
         """Start paused when an earlier generation's costs say drafting loses even read
         optimistically, or it ended paused and they predict no gain; on costs that were each
         one sample there (maybe a GPU's first decodes), only for a draft too dear to pay even
-        at the plain step's price per batch, all accepted. A new text may differ: the first
-        probe comes soon where its whole time is repaid by ``fresh_text`` tokens at the best
-        speed-up all accepted (near break-even its expected cost is ~0, and luck resumes)."""
+        at the plain step's price per batch, all accepted."""
         if not self.costs.known:
             return
         self.state = State.DRAFTING
@@ -366,10 +364,7 @@ class AdaptivePolicy:
                 and not (self.p.lone_guard and self.costs.weak and not self._draft_alone_loses())
                 and (ended_paused or self.bounds()[1] < 1.0)):
             self.k = k_best
-            whole, _, c1 = self._probe_seconds(self.probe_len)
-            best = max(predict.speedups(self.curve(1.0)).values(), default=0.0)
-            soon = c1 > 0 and best > 1.0 and whole < self.p.fresh_text * c1 * (1.0 - 1.0 / best)
-            self._pause("from the last run", every=self.p.probe_min if soon else None)
+            self._pause("from the last run")
 
     def _draft_alone_loses(self) -> bool:
         """Whether drafting loses with every verify batch at the plain step's cost and every

@@ -93,11 +93,10 @@ class PairPolicy:
               learned: dict | None = None, params: Params = DEFAULT, size_ratios: tuple | None = None,
               **kw) -> PairPolicy:
         """A pair seeded from ``learned`` (:meth:`learned`); ``size_ratios``: each draft's
-        weights over the target's (see AdaptivePolicy). No draft probes soon from a paused
-        start (``fresh_text`` 0): the router's scores tell what a new text allows."""
-        learned, ratios, own = learned or {}, size_ratios or (None, None), replace(params, fresh_text=0.0)
+        weights over the target's (see AdaptivePolicy)."""
+        learned, ratios = learned or {}, size_ratios or (None, None)
         return cls(*(AdaptivePolicy(draft_min, draft_max, p_min, can_pause, learned=learned.get(name),
-                                    params=own, size_ratio=ratio, **kw)
+                                    params=params, size_ratio=ratio, **kw)
                      for name, ratio in zip((SMALL, LARGE), ratios)), params=params, use=learned.get(USE))
 
     @property
@@ -141,7 +140,7 @@ class PairPolicy:
         self.probe, self.measuring, self.score = False, False, ""
         use, idle = self.use, self.idle_name
         mine, other = self.policies[use], self.policies[idle]
-        if self._probe[idle] and mine.drafting and self.ks[use] and self.p.quiet_idle:
+        if self._probe[idle] and mine.drafting and self.p.quiet_idle:
             other.skip_probe()        # its failed probe would cost a verify for a token where a
             self._probe[idle] = False  # round of the draft in use gives several: scores tell as much
         if self._probe[use] or self._probe[idle]:

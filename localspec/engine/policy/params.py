@@ -24,7 +24,6 @@ class Params:
     shift_z: float = 3.5            # accepted tokens this far off their prediction ... [standard deviations]
     shift_rounds: int = 8           # ... over this many recent rounds: the text changed [rounds]
     shift_min: float = 1.5          # ... and at least this many [tokens]
-    probe_keep: float = 2.0         # a probe that far off its prediction keeps this much older evidence [tokens]
     min_rounds: int = 4             # drafting rounds after a (re)start before acceptance may pause [rounds]
     move_margin: float = 0.02       # a new K must be predicted this much faster [fraction]
     expected_loss: float = 0.08     # drafting pauses when expected to lose this much ... [fraction]
@@ -35,7 +34,6 @@ class Params:
     refresh_min: int = 12           # drafting rounds between plain-step measurements, at least [rounds]
     refresh_max: int = 400          # ... and at most [rounds]
     probe_budget: float = 0.02      # time spent on probes while paused, at most [fraction]
-    probe_k: int = 4                # a probe drafts at least this many tokens [tokens]
     probe_min: int = 8              # tokens between probes, at least [tokens]
     probe_max: int = 4096           # ... and at most [tokens]
     probe_backoff: int = 2          # failed probes in a row widen the gap up to this (and the tokens so far) [factor]
@@ -64,8 +62,6 @@ class Params:
     monotone: bool = True           # fit verify costs that never fall with the batch size
     seeded_pause: bool = True       # start paused when what an earlier answer learned says drafting loses
     lone_guard: bool = True         # ... unless the costs that says it on were each one sample
-    fresh_text: float = 8.0         # ... the first probe soon where this many tokens at drafting's best gain repay it
-                                    # (the earlier answer read another text) [tokens]
     build_min: float = 0.5          # a batch size's first decode in a generation costing this share of its
                                     # later ones more is priced as a one-off (a GPU graph) [fraction]
     build_horizon: int = 128       # tokens a new batch size's first-decode extra must be repaid in [tokens]
@@ -77,6 +73,7 @@ class Params:
     guard_off_rounds: int = 32      # ... the first gap with drafting stopped [rounds]
     guard_off_max: int = 512        # ... the longest gap [rounds]
     short_sync: int = 4             # a draft's first decode of at most this many tokens costs about one [tokens]
+    probe_k: int = 1                # a probe drafts at least this many tokens (and the K in force) [tokens]
     ladder: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)   # draft lengths chosen among [tokens]
 
 
