@@ -34,6 +34,7 @@ class Params:
     refresh_min: int = 12           # drafting rounds between plain-step measurements, at least [rounds]
     refresh_max: int = 400          # ... and at most [rounds]
     probe_budget: float = 0.02      # time spent on probes while paused, at most [fraction]
+    probe_k: int = 1                # a probe drafts at least this many tokens (and the K in force) [tokens]
     probe_min: int = 8              # tokens between probes, at least [tokens]
     probe_max: int = 4096           # ... and at most [tokens]
     probe_backoff: int = 2          # failed probes in a row widen the gap up to this (and the tokens so far) [factor]
@@ -73,7 +74,6 @@ class Params:
     guard_off_rounds: int = 32      # ... the first gap with drafting stopped [rounds]
     guard_off_max: int = 512        # ... the longest gap [rounds]
     short_sync: int = 4             # a draft's first decode of at most this many tokens costs about one [tokens]
-    probe_k: int = 1                # a probe drafts at least this many tokens (and the K in force) [tokens]
     ladder: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)   # draft lengths chosen among [tokens]
 
 
