@@ -17,23 +17,26 @@ from .params import Params
 class Samples:
     """Recent samples of one cost (``window`` of them): a robust mean, worked out once per
     sample (it is read many times a round), and its relative error when first read after one;
-    ``prior`` (an earlier generation's value) stands in until a sample arrives.
+    ``prior`` (an earlier generation's value) stands in until a sample arrives and counts as
+    ``weight`` samples of a median until the mean leaves out its outer quarters (one spike must
+    not replace it).
 
     Attributes:
         n: samples ever added; n_kept: how many the mean is over (see :meth:`add`).
         rel_se: the mean's relative standard error; 0.5 (little is known) below two kept.
     """
 
-    __slots__ = ("xs", "n", "prior", "_sorted", "mean", "n_kept", "_kept", "_rel_se")
+    __slots__ = ("xs", "n", "prior", "weight", "_sorted", "mean", "n_kept", "_kept", "_rel_se", "_trims")
 
-    def __init__(self, window: int, prior: float | None = None):
+    def __init__(self, window: int, prior: float | None = None, weight: int = 0):
         self.xs: deque[float] = deque(maxlen=window)
         self.n = self.n_kept = 0
-        self.prior = prior
+        self.prior, self.weight = prior, weight
         self._sorted: list[float] = []
         self.mean: float | None = None
         self._kept: list[float] = []
         self._rel_se: float | None = 0.5
+        self._trims = False
 
     def add(self, x: float) -> None:
         """One sample. The mean leaves out the very first (maybe a graph being built) while it
@@ -49,6 +52,7 @@ class Samples:
             xs = xs.copy()
             del xs[bisect_left(xs, self.xs[0])]
         q = len(xs) // 4
+        self._trims = q > 0
         kept = self._kept = xs[q:len(xs) - q] if q else xs
         self.n_kept = len(kept)
         self.mean = sum(kept) / self.n_kept
@@ -66,7 +70,10 @@ class Samples:
 
     @property
     def value(self) -> float | None:
-        return self.prior if self.mean is None else self.mean
+        if self.mean is None or self.prior is None or self._trims or not self.weight:
+            return self.prior if self.mean is None else self.mean
+        xs = sorted([self.prior] * self.weight + self._kept)
+        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2.0
 
 
 def monotone(points: list[tuple[int, float, float]]) -> list[tuple[int, float]]:
@@ -130,12 +137,14 @@ class CostModel:
         self.top = top
         self.verify: dict[int, Samples] = {}       # per batch size, at level 1
         self.level = 1.0
-        self.first = Samples(params.window)        # the drafter's first decode of a round (or its lookup)
-        self.next = Samples(params.window)         # each further draft decode
+        w = params.prior_weight                    # (the drafter's and the loop's carried costs; the target's
+                                                   # follow the level instead)
+        self.first = Samples(params.window, weight=w)   # the drafter's first decode of a round (or its lookup)
+        self.next = Samples(params.window, weight=w)    # each further draft decode
         self.multi = False                         # the drafter decodes once per drafted token
         self.catchup: float | None = None          # seconds per extra token of a long first decode
-        self.overhead = {True: Samples(params.window), False: Samples(params.window)}   # drafting, plain
-        self.own = Samples(params.window)          # the policy's own time in a round it observes
+        self.overhead = {d: Samples(params.window, weight=w) for d in (True, False)}   # drafting, plain
+        self.own = Samples(params.window, weight=w)     # the policy's own time in a round it observes
         self.round_extra = 0.0                     # every drafting round's extra (a chain's catch-up)
         self.noise_prior: float | None = None
         self.lone: set[int] = set()                # carried costs that were one sample (0: the draft's)
@@ -222,7 +231,7 @@ class CostModel:
     def _value(self, s: Samples, draft: bool = False) -> float | None:
         """A cost: a lone first sample of this generation less the measured first-decode extra."""
         v = s.value
-        if s.n != 1 or v is None:
+        if s.n != 1 or v is None or (s.prior is not None and s.weight):
             return v
         extra = self._extra(self.build[1]) if draft else self._extra(self.build[0])
         return max(v - extra, 0.25 * v) if extra else v
@@ -270,7 +279,7 @@ class CostModel:
         if out is None:
             level, pts = self.level, []
             for b, s in self.verify.items():     # (_value and _moved, inlined: every round reads this)
-                v = s.prior if s.mean is None else s.mean
+                v = s.value
                 if v is None:
                     continue
                 t = (self._value(s) if s.n == 1 else v) * (level if s.n or not s.prior else self._moved(s))
