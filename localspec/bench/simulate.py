@@ -338,7 +338,7 @@ ABLATIONS = {
     "loop time priced": {"measure_loop": False},
     "the policy's own time priced apart": {"own_apart": False},
     "monotone verify costs": {"monotone": False},
-    "a carried draft cost outweighs a lone spike": {"prior_weight": 0},
+    "a lone spike does not replace a carried draft cost": {"spike": 0.0},
     "start paused from what was learned": {"seeded_pause": False},
     "... not on costs each sampled once": {"lone_guard": False},
     "a batch size's first decode priced as a one-off": {"build_min": 1e9},

@@ -17,21 +17,22 @@ from .params import Params
 class Samples:
     """Recent samples of one cost (``window`` of them): a robust mean, worked out once per
     sample (it is read many times a round), and its relative error when first read after one;
-    ``prior`` (an earlier generation's value) stands in until a sample arrives and counts as
-    ``weight`` samples of a median until the mean leaves out its outer quarters (one spike must
-    not replace it).
+    ``prior`` (an earlier generation's value) stands in until a sample arrives. Until the mean
+    leaves out its outer quarters, samples over ``spike`` times the least of the prior and
+    them are left out: a preempted process only ever adds time, and one such sample must not
+    replace a carried cost nor, with none, set a new one.
 
     Attributes:
         n: samples ever added; n_kept: how many the mean is over (see :meth:`add`).
         rel_se: the mean's relative standard error; 0.5 (little is known) below two kept.
     """
 
-    __slots__ = ("xs", "n", "prior", "weight", "_sorted", "mean", "n_kept", "_kept", "_rel_se", "_trims")
+    __slots__ = ("xs", "n", "prior", "spike", "_sorted", "mean", "n_kept", "_kept", "_rel_se", "_trims")
 
-    def __init__(self, window: int, prior: float | None = None, weight: int = 0):
+    def __init__(self, window: int, prior: float | None = None, spike: float = 0.0):
         self.xs: deque[float] = deque(maxlen=window)
         self.n = self.n_kept = 0
-        self.prior, self.weight = prior, weight
+        self.prior, self.spike = prior, spike
         self._sorted: list[float] = []
         self.mean: float | None = None
         self._kept: list[float] = []
@@ -70,10 +71,16 @@ class Samples:
 
     @property
     def value(self) -> float | None:
-        if self.mean is None or self.prior is None or self._trims or not self.weight:
+        if self.mean is None or self._trims or not self.spike:
             return self.prior if self.mean is None else self.mean
-        xs = sorted([self.prior] * self.weight + self._kept)
-        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2.0
+        least = self._kept[0] if self.prior is None else min(self._kept[0], self.prior)
+        kept = [x for x in self._kept if x <= self.spike * least]
+        return sum(kept) / len(kept) if kept else self.prior
+
+    @property
+    def spiked(self) -> bool:
+        """Whether the value is the prior, every sample so far left out as a spike."""
+        return self.mean is not None and self.value is self.prior
 
 
 def monotone(points: list[tuple[int, float, float]]) -> list[tuple[int, float]]:
@@ -137,14 +144,14 @@ class CostModel:
         self.top = top
         self.verify: dict[int, Samples] = {}       # per batch size, at level 1
         self.level = 1.0
-        w = params.prior_weight                    # (the drafter's and the loop's carried costs; the target's
+        spike = params.spike                       # (the drafter's and the loop's carried costs; the target's
                                                    # follow the level instead)
-        self.first = Samples(params.window, weight=w)   # the drafter's first decode of a round (or its lookup)
-        self.next = Samples(params.window, weight=w)    # each further draft decode
+        self.first = Samples(params.window, spike=spike)   # the drafter's first decode of a round (or its lookup)
+        self.next = Samples(params.window, spike=spike)    # each further draft decode
         self.multi = False                         # the drafter decodes once per drafted token
         self.catchup: float | None = None          # seconds per extra token of a long first decode
-        self.overhead = {d: Samples(params.window, weight=w) for d in (True, False)}   # drafting, plain
-        self.own = Samples(params.window, weight=w)     # the policy's own time in a round it observes
+        self.overhead = {d: Samples(params.window, spike=spike) for d in (True, False)}   # drafting, plain
+        self.own = Samples(params.window, spike=spike)     # the policy's own time in a round it observes
         self.round_extra = 0.0                     # every drafting round's extra (a chain's catch-up)
         self.noise_prior: float | None = None
         self.lone: set[int] = set()                # carried costs that were one sample (0: the draft's)
@@ -231,7 +238,7 @@ class CostModel:
     def _value(self, s: Samples, draft: bool = False) -> float | None:
         """A cost: a lone first sample of this generation less the measured first-decode extra."""
         v = s.value
-        if s.n != 1 or v is None or (s.prior is not None and s.weight):
+        if s.n != 1 or v is None or s.spiked:
             return v
         extra = self._extra(self.build[1]) if draft else self._extra(self.build[0])
         return max(v - extra, 0.25 * v) if extra else v
@@ -279,7 +286,7 @@ class CostModel:
         if out is None:
             level, pts = self.level, []
             for b, s in self.verify.items():     # (_value and _moved, inlined: every round reads this)
-                v = s.value
+                v = s.prior if s.mean is None else s.mean
                 if v is None:
                     continue
                 t = (self._value(s) if s.n == 1 else v) * (level if s.n or not s.prior else self._moved(s))
