@@ -144,37 +144,12 @@ def test_bad_draft_lengths():
         AdaptivePolicy(5, 2)
 
 
-def test_one_spiked_draft_sample_does_not_replace_the_cost_carried_from_the_last_answer():
-    """Seen on a busy 2-core machine: an answer started from a draft step measured over the
-    last answer (65 us); its first rounds' further-decode samples held one 10x spike (the
-    process preempted), which replaced the carried cost, paused a draft that pays, and the
-    pause carried into the next answer. Until the mean leaves out its outer quarters (five
-    samples), samples over ``spike`` times the least of the carried cost and the samples are
-    left out (preemption only adds time); others count at once."""
-    learned = {"verify": {"1": 0.0002, "9": 0.0005}, "draft_first": 0.00015, "draft_next": 0.000065, "multi": True}
-    c = CostModel(DEFAULT, 8)
-    c.seed(learned)
-    c.add_draft(8, 0.00015 + 7 * 0.00065, 0.00015, 1)      # each further decode 10x
-    assert c.draft_seconds()[1] == pytest.approx(0.000065)
-    c.add_draft(8, 0.00015 + 7 * 0.00004, 0.00015, 1)      # cheaper than carried: taken at once
-    assert c.draft_seconds()[1] == pytest.approx(0.00004)
-    fresh = CostModel(DEFAULT, 8)                           # nothing carried: the least sample decides
-    for per in (0.00007, 0.00007, 0.0007):
-        fresh.add_draft(8, 0.00015 + 7 * per, 0.00015, 1)
-    assert fresh.draft_seconds()[1] == pytest.approx(0.00007)
-    bare = CostModel(Params(spike=0.0), 8)
-    bare.seed(learned)
-    bare.add_draft(8, 0.00015 + 7 * 0.00065, 0.00015, 1)
-    assert bare.draft_seconds()[1] == pytest.approx(0.00065)
-
-
 def test_scenarios_are_checked_with_one_line_errors():
     good = {"name": "x", "target_ms": [10, 11], "draft_ms": 1, "accept": [0.5], "tokens": 64}
     assert sim.Scenario.from_dict(good).drafter == "model"
     assert sim.Scenario.from_dict(dict(good, draft_ms=0)).drafter == "ngram"
     for bad in ({"name": "x"}, dict(good, accept=[1.5]), dict(good, tokens=0), dict(good, drafter="gpu"),
-                dict(good, noise=1.0), dict(good, loop_ms=[1]), dict(good, then={"at": "soon"}),
-                dict(good, spikes=2)):
+                dict(good, noise=1.0), dict(good, loop_ms=[1]), dict(good, then={"at": "soon"})):
         with pytest.raises(BadInput) as e:
             sim.Scenario.from_dict(bad)
         assert "\n" not in str(e.value)
@@ -233,7 +208,6 @@ def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     ("failed probes back off", "cpu-lookup-finds-nothing+noise10"),
     ("start paused from what was learned", "cpu-tiny-target-python-bound+noise10"),
     ("the policy's own time priced apart", "cpu-tiny-target-lookup-rare-matches"),
-    ("a lone spike does not replace a carried draft cost", "cpu-tiny-pair-busy-machine"),
 ])
 def test_each_mechanism_earns_its_place(mechanism, scenario):
     """Switched off, each mechanism costs its scenario at least 0.5% (the failure it fixes)."""

@@ -11,7 +11,6 @@ so their tokens per second differ only by their decisions. Format of a scenario 
      "tokens": 512,
      "then": {"at": 256, "accept": [...]},   # optional: acceptance changes mid-answer
      "noise": 0.1,               # optional: relative noise on every measured time (seeded)
-     "spikes": 0.01,             # optional: P(a timed step takes 10x: the process preempted on a busy machine)
      "drift": 0.5,               # optional: target costs grow by this fraction over the answer
      "loop_ms": [0.03, 0.01],    # optional: a drafting / plain round's time beyond its decodes
      "policy_ms": 0.1,           # optional: the policy's own time in each round it observes
@@ -61,7 +60,6 @@ class Scenario:
     then_at: int | None = None
     then_accept: tuple[float, ...] = ()
     noise: float = 0.0
-    spikes: float = 0.0
     drift: float = 0.0
     loop_ms: tuple[float, float] = (0.0, 0.0)
     policy_ms: float = 0.0
@@ -83,8 +81,7 @@ class Scenario:
                     draft_ms=float(d["draft_ms"]), accept=tuple(float(x) for x in d["accept"]),
                     tokens=int(d["tokens"]), then_at=int(then["at"]) if then else None,
                     then_accept=tuple(float(x) for x in then.get("accept", ())), noise=float(d.get("noise", 0.0)),
-                    spikes=float(d.get("spikes", 0.0)), drift=float(d.get("drift", 0.0)),
-                    loop_ms=tuple(float(x) for x in d.get("loop_ms", (0, 0)))[:2],
+                    drift=float(d.get("drift", 0.0)), loop_ms=tuple(float(x) for x in d.get("loop_ms", (0, 0)))[:2],
                     policy_ms=float(d.get("policy_ms", 0.0)),
                     match=float(d.get("match", 1.0)), first_ms=_by_size(d.get("first_ms", 0.0)),
                     seed_tokens=int(d["seed_tokens"]) if d.get("seed_tokens") is not None else None,
@@ -100,10 +97,9 @@ class Scenario:
             raise BadInput(f"scenario {s.name!r}: loop_ms must be two times >= 0 (drafting, plain)")
         if not s.target_ms or min(s.target_ms) <= 0 or not s.accept or s.tokens < 1 or s.draft_ms < 0:
             raise BadInput(f"scenario {s.name!r}: target_ms, accept and tokens must be non-empty and positive")
-        rates = s.accept + s.then_accept + s.seed_accept + s.seed_then_accept + (s.match, s.spikes)
+        rates = s.accept + s.then_accept + s.seed_accept + s.seed_then_accept + (s.match,)
         if any(not 0.0 <= a <= 1.0 for a in rates) or not 0.0 <= s.noise < 1.0 or (seed and not s.seed_accept):
-            raise BadInput(f"scenario {s.name!r}: acceptances (seed's given), match and spikes in [0, 1], "
-                           "noise in [0, 1)")
+            raise BadInput(f"scenario {s.name!r}: acceptances (seed's given) and match in [0, 1], noise in [0, 1)")
         if s.drafter not in ("model", "mtp", "ngram"):
             raise BadInput(f"scenario {s.name!r}: drafter must be model, mtp or ngram")
         return s
@@ -160,13 +156,10 @@ def simulate(s: Scenario, setting: str, seed: int, params: Params | None = None,
     matches = random.Random(f"{seed}:match")
     shake = random.Random(f"{seed}:noise")
     noise = [[max(0.05, 1.0 + s.noise * shake.gauss(0.0, 1.0)) for _ in range(9)] for _ in range(s.tokens + 1)]
-    if s.spikes:
-        busy = random.Random(f"{seed}:spikes")
-        noise = [[x * (10.0 if busy.random() < s.spikes else 1.0) for x in row] for row in noise]
     clock = SimClock()
 
     def timed(x: float, i: int = 0) -> float:
-        return x * noise[tokens][i] if s.noise or s.spikes else x
+        return x * noise[tokens][i] if s.noise else x
 
     if setting == "default":
         policy = AdaptivePolicy(1, 8, params=params or Params(), learned=learned,
@@ -338,7 +331,6 @@ ABLATIONS = {
     "loop time priced": {"measure_loop": False},
     "the policy's own time priced apart": {"own_apart": False},
     "monotone verify costs": {"monotone": False},
-    "a lone spike does not replace a carried draft cost": {"spike": 0.0},
     "start paused from what was learned": {"seeded_pause": False},
     "... not on costs each sampled once": {"lone_guard": False},
     "a batch size's first decode priced as a one-off": {"build_min": 1e9},

@@ -17,27 +17,23 @@ from .params import Params
 class Samples:
     """Recent samples of one cost (``window`` of them): a robust mean, worked out once per
     sample (it is read many times a round), and its relative error when first read after one;
-    ``prior`` (an earlier generation's value) stands in until a sample arrives. Until the mean
-    leaves out its outer quarters, samples over ``spike`` times the least of the prior and
-    them are left out: a preempted process only ever adds time, and one such sample must not
-    replace a carried cost nor, with none, set a new one.
+    ``prior`` (an earlier generation's value) stands in until a sample arrives.
 
     Attributes:
         n: samples ever added; n_kept: how many the mean is over (see :meth:`add`).
         rel_se: the mean's relative standard error; 0.5 (little is known) below two kept.
     """
 
-    __slots__ = ("xs", "n", "prior", "spike", "_sorted", "mean", "n_kept", "_kept", "_rel_se", "_trims")
+    __slots__ = ("xs", "n", "prior", "_sorted", "mean", "n_kept", "_kept", "_rel_se")
 
-    def __init__(self, window: int, prior: float | None = None, spike: float = 0.0):
+    def __init__(self, window: int, prior: float | None = None):
         self.xs: deque[float] = deque(maxlen=window)
         self.n = self.n_kept = 0
-        self.prior, self.spike = prior, spike
+        self.prior = prior
         self._sorted: list[float] = []
         self.mean: float | None = None
         self._kept: list[float] = []
         self._rel_se: float | None = 0.5
-        self._trims = False
 
     def add(self, x: float) -> None:
         """One sample. The mean leaves out the very first (maybe a graph being built) while it
@@ -53,7 +49,6 @@ class Samples:
             xs = xs.copy()
             del xs[bisect_left(xs, self.xs[0])]
         q = len(xs) // 4
-        self._trims = q > 0
         kept = self._kept = xs[q:len(xs) - q] if q else xs
         self.n_kept = len(kept)
         self.mean = sum(kept) / self.n_kept
@@ -71,16 +66,7 @@ class Samples:
 
     @property
     def value(self) -> float | None:
-        if self.mean is None or self._trims or not self.spike:
-            return self.prior if self.mean is None else self.mean
-        least = self._kept[0] if self.prior is None else min(self._kept[0], self.prior)
-        kept = [x for x in self._kept if x <= self.spike * least]
-        return sum(kept) / len(kept) if kept else self.prior
-
-    @property
-    def spiked(self) -> bool:
-        """Whether the value is the prior, every sample so far left out as a spike."""
-        return self.mean is not None and self.value is self.prior
+        return self.prior if self.mean is None else self.mean
 
 
 def monotone(points: list[tuple[int, float, float]]) -> list[tuple[int, float]]:
@@ -144,14 +130,12 @@ class CostModel:
         self.top = top
         self.verify: dict[int, Samples] = {}       # per batch size, at level 1
         self.level = 1.0
-        spike = params.spike                       # (the drafter's and the loop's carried costs; the target's
-                                                   # follow the level instead)
-        self.first = Samples(params.window, spike=spike)   # the drafter's first decode of a round (or its lookup)
-        self.next = Samples(params.window, spike=spike)    # each further draft decode
+        self.first = Samples(params.window)        # the drafter's first decode of a round (or its lookup)
+        self.next = Samples(params.window)         # each further draft decode
         self.multi = False                         # the drafter decodes once per drafted token
         self.catchup: float | None = None          # seconds per extra token of a long first decode
-        self.overhead = {d: Samples(params.window, spike=spike) for d in (True, False)}   # drafting, plain
-        self.own = Samples(params.window, spike=spike)     # the policy's own time in a round it observes
+        self.overhead = {True: Samples(params.window), False: Samples(params.window)}   # drafting, plain
+        self.own = Samples(params.window)          # the policy's own time in a round it observes
         self.round_extra = 0.0                     # every drafting round's extra (a chain's catch-up)
         self.noise_prior: float | None = None
         self.lone: set[int] = set()                # carried costs that were one sample (0: the draft's)
@@ -238,7 +222,7 @@ class CostModel:
     def _value(self, s: Samples, draft: bool = False) -> float | None:
         """A cost: a lone first sample of this generation less the measured first-decode extra."""
         v = s.value
-        if s.n != 1 or v is None or s.spiked:
+        if s.n != 1 or v is None:
             return v
         extra = self._extra(self.build[1]) if draft else self._extra(self.build[0])
         return max(v - extra, 0.25 * v) if extra else v

@@ -15,8 +15,6 @@ class Params:
 
     first_k: int = 3                # draft length of the first round when nothing is known [tokens]
     window: int = 16                # recent samples kept per measured cost [samples]
-    spike: float = 2.0              # a draft or loop cost's samples over this many times the least of them and
-                                    # the one carried are spikes until its mean can leave them out (0: off) [factor]
     z: float = 1.645                # one-sided confidence of a pause (~95%) [standard deviations]
     decay: float = 0.98             # acceptance evidence kept per judged round (~50 rounds) [factor]
     probe_decay: float = 0.7        # ... per probe, the only fresh evidence while paused [factor]
