@@ -223,6 +223,35 @@ def test_lookups_the_target_keeps_rejecting_are_not_probed_early():
     assert probes and probes[0] >= 50 and len(probes) <= 3, probes
 
 
+def test_a_probe_that_cannot_be_judged_pauses_again():
+    """A draft of two that starts paused (its weights outweigh the target's) probes while the
+    other draft drafts every round: no plain step is measured, so its probe cannot be judged.
+    It pauses again for a widened gap instead of probing round after round."""
+    now = [0.0]
+    p = AdaptivePolicy(1, 8, clock=lambda: now[0], size_ratio=2.0)
+    assert p.state.value == "paused"
+    probes = tokens = 0
+    for i in range(300):
+        if p.quiet_rounds():           # (the pair does not ask a policy between its probes)
+            p.passed(1, 3)
+            tokens += 3
+            continue
+        k = p.next_k()
+        if k:                           # its probe: nothing accepted
+            probes += 1
+            now[0] += 0.002 * k + 0.011
+            p.observe(Step(i, k, k, 0, 1, 0.002 * k, 0.011, p.drafting, draft_steps=k, verify_batch=k + 1,
+                           probe=True, sync_tokens=1, sync_seconds=0.002))
+            tokens += 1
+        else:                           # a round the other draft drafted: 4 verified, 3 emitted
+            now[0] += 0.012
+            p.observe_other(Step(i, 4, 4, 2, 3, 0.001, 0.011, True, draft_steps=4, verify_batch=5, source="other"))
+            tokens += 3
+    assert not p.costs.known, "(the premise: no plain step measured)"
+    assert 1 <= probes <= tokens / DEFAULT.probe_min, (probes, tokens)
+    assert p.state.value == "paused"
+
+
 def test_ngram_drafter_that_loses_pauses():
     """Prompt lookup costs next to nothing, but verifying its poor guesses costs target time:
     the policy learns that from the lookups it sees, pauses, and its probes cost less than
