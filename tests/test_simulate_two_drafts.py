@@ -415,3 +415,24 @@ def test_layered_rounds_are_priced_on_the_small_drafts_hits():
     assert blocks == pytest.approx(22 * 72 / 64 + 72) and tokens == pytest.approx(65 * 72 / 64 + 72)
     a = 64 / 88                             # the mean agreement over the hits
     assert blocks / tokens > 1.2 / (1 + a + a * a)
+
+
+def test_layered_rounds_on_text_neither_draft_predicts_give_way_at_once(scenarios):
+    """An answer that starts layered (the last one's text alternated) on text neither draft
+    predicts (2% accepted): even the large draft's acceptance at its upper bound loses to the
+    target alone, so layered rounds leave within a few dozen tokens and the large draft's
+    policy pauses. Left to the window's verdict (``layer_quit`` off) they ran ~470 of 512
+    tokens at 0.79 of the target alone."""
+    from dataclasses import replace
+
+    s = scenarios["mixed-64"]
+    neither = replace(s, base=replace(s.base, tokens=512), stretches=(("neither", 4096),),
+                      drafts=tuple(replace(d, accept={**d.accept, "neither": (0.02,)}) for d in s.drafts))
+    target = sd.simulate(neither, "target", 0)
+    for params, least, most, large in ((None, 0.93, 1.0, range(0, 64)),
+                                       (params_with({"layer_quit": False}), 0.0, 0.85, range(400, 513))):
+        after_mixed = sd.simulate(s, "both", 10, params)[2]
+        assert after_mixed["in_use"] == LAYERED
+        tokens, seconds, _, used = sd.simulate(neither, "both", 0, params, after_mixed)
+        ratio = tokens / seconds / (target[0] / target[1])
+        assert least <= ratio <= most and used[LARGE] in large, (params, ratio, used)

@@ -395,6 +395,7 @@ ABLATIONS = {
     "the small draft's K shortened by first tokens failing": {"miss_k": False},
     "no switch to the small draft while its last stays lost time": {"route_stays": 0},
     "no probe of a paused idle draft while the other drafts": {"quiet_idle": False},
+    "layered rounds that lose even read optimistically leave at once": {"layer_quit": False},
 }
 
 

@@ -154,6 +154,8 @@ class LayeredPair(PairPolicy):
             agreed, failed = agreed + a, failed + int(a < n)
         self.small.observe_other(step)
         self.large.observe_other(step)
+        if step.drafted and self.p.layer_quit:
+            self.large.acc.shifted(step.drafted, step.accepted)   # (the text changed: its evidence thinned)
         self.large.acc.judge(step.k, step.drafted, step.accepted)
         l_first, l_next = self.large.costs.draft_seconds()
         self._paid[0] += step.draft_seconds
@@ -163,7 +165,24 @@ class LayeredPair(PairPolicy):
         self._held += step.emitted
         while self._held - self._rounds[0][0] >= self.p.layer_window:
             self._held -= self._rounds.popleft()[0]
-        return self._judge_layers()
+        return self._judge_layers() or self._losing()
+
+    def _losing(self) -> str | None:
+        """Leave layered rounds at once, to the large draft (whose policy then pauses on its own
+        evidence), when even the large draft's acceptance at its upper bound would not make them
+        beat the target alone: the text turned hard for both drafts, and a window's verdict
+        would come ``layer_window`` tokens later."""
+        pol = self.large
+        if not self.p.layer_quit or not pol.costs.known:
+            return None
+        mean, _, hi = pol.acc.bounds()
+        _, per, _ = self._priced()
+        c = pol.costs
+        cont, acc = pol.acc.rates(max(hi, mean))
+        curve = predict.curve(c.table(), pol.ladder, cont, acc, per + c.loop(True), per, c.loop(False))
+        if max(predict.speedups(curve).values(), default=0.0) >= 1.0:
+            return None
+        return self._leave(LARGE, "layered rounds lose to the target alone on this text even read optimistically")
 
     def _enter(self) -> None:
         self.layered = True

@@ -58,6 +58,7 @@ class Params:
     layer_switches: int = 3         # ... this many switches within 1.5 windows go layered [switches]
     layer_window: int = 512         # ... a single draft expected faster over this many tokens ... [tokens]
     layer_margin: float = 0.05      # ... by this much leaves [fraction]
+    layer_quit: bool = True         # ... or at once when they lose to the target alone even read optimistically
     measure_loop: bool = True       # price a round's time beyond its decodes (the loop's Python)
     own_apart: bool = True          # the policy's own time priced on drafting rounds only (a pause skips it)
     monotone: bool = True           # fit verify costs that never fall with the batch size
