@@ -106,14 +106,19 @@ class LayeredPair(PairPolicy):
 
     def _layered_k(self) -> int:
         """Sets the small draft's block and returns the K of the highest expected rate of a
-        layered round: the large draft's acceptance, the target's costs, and the draft's
+        layered round."""
+        self.block, curve = self._layered_curve()
+        return predict.best(curve, self.large.k)[0]
+
+    def _layered_curve(self, alpha: float | None = None) -> tuple[int, dict[int, tuple[float, float]]]:
+        """(the small draft's block, a layered round's expected (tokens, seconds) for each K): the
+        large draft's acceptance (``alpha`` in its place), the target's costs, and the draft's
         price per token (:meth:`_priced`)."""
         pol = self.large
-        self.block, per, _ = self._priced()
-        cont, acc = pol.acc.rates()
+        block, per, _ = self._priced()
+        cont, acc = pol.acc.rates(alpha)
         c = pol.costs
-        curve = predict.curve(c.table(), pol.ladder, cont, acc, per + c.loop(True), per, c.loop(False))
-        return predict.best(curve, pol.k)[0]
+        return block, predict.curve(c.table(), pol.ladder, cont, acc, per + c.loop(True), per, c.loop(False))
 
     def _cheaper(self) -> bool:
         """Whether layered rounds would have made the large draft's tokens ``layer_margin``
@@ -176,11 +181,7 @@ class LayeredPair(PairPolicy):
         if not self.p.layer_quit or not pol.costs.known:
             return None
         mean, _, hi = pol.acc.bounds()
-        _, per, _ = self._priced()
-        c = pol.costs
-        cont, acc = pol.acc.rates(max(hi, mean))
-        curve = predict.curve(c.table(), pol.ladder, cont, acc, per + c.loop(True), per, c.loop(False))
-        if max(predict.speedups(curve).values(), default=0.0) >= 1.0:
+        if max(predict.speedups(self._layered_curve(max(hi, mean))[1]).values(), default=0.0) >= 1.0:
             return None
         return self._leave(LARGE, "layered rounds lose to the target alone on this text even read optimistically")
 
