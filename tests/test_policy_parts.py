@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,77 @@ def test_acceptance_decays_as_one_factor_exactly():
                         eager[3][j] += 1
     for own, ref in zip(a.to_dict()["positions"], eager):
         assert own == pytest.approx(ref, rel=1e-9, abs=1e-12)
+
+
+def _carried(rate: float, params: Params = DEFAULT) -> AcceptanceModel:
+    """A model seeded with what 200 rounds of K=4 learned where each position is accepted
+    with chance ``rate`` (a fixed pattern: deterministic)."""
+    earlier = AcceptanceModel(params, 8)
+    for i in range(200):
+        accepted = 0
+        while accepted < 4 and ((i * 7 + accepted * 3) % 100) < rate * 100:
+            accepted += 1
+        earlier.judge(4, 4, accepted)
+    model = AcceptanceModel(params, 8)
+    model.seed(json.loads(json.dumps(earlier.to_dict())))
+    return model
+
+
+def test_carried_acceptance_this_text_refutes_is_dropped_where_refuted():
+    """An answer starts from another text's acceptance (3%, a few tokens' worth); this one's
+    drafts are accepted. Once position 1's verdicts are 1/beyond(z) (~20) times likelier on
+    this text's counts alone than pooled with the carried ones, the carried are dropped there:
+    it reads this text's at once, not a blend that takes tens of rounds to rise; positions
+    this text has not judged keep theirs."""
+    for trial in (True, False):
+        model = _carried(0.03, replace(DEFAULT, carried_trial=trial))
+        before = model.to_dict()["positions"]
+        rounds = 0
+        while rounds < 5 and not (trial and model.odds[1] == 0.0):
+            model.judge(1, 1, 1)
+            rounds += 1
+        _, acc = model.rates()
+        if trial:
+            assert rounds == 3 and acc[1] > 0.7, (rounds, acc)
+            after = model.to_dict()["positions"]
+            assert all(a[3] == pytest.approx(b[3] * DEFAULT.decay ** rounds) for a, b in zip(after, before))
+        else:
+            assert acc[1] < 0.5, acc
+
+
+def test_carried_acceptance_this_text_bears_out_stays_and_the_trial_ends():
+    model = _carried(0.7)
+    carried = model.to_dict()["positions"]
+    for i in range(200):
+        accepted = 0
+        while accepted < 4 and ((i * 11 + accepted * 3) % 100) < 70:
+            accepted += 1
+        model.judge(4, 4, accepted)
+        if i == 0:
+            assert model.fresh is not None
+    assert model.fresh is None, "the carried evidence decayed below a position's prior: no more trial"
+    fresh = AcceptanceModel(DEFAULT, 8)
+    for i in range(200):
+        accepted = 0
+        while accepted < 4 and ((i * 11 + accepted * 3) % 100) < 70:
+            accepted += 1
+        fresh.judge(4, 4, accepted)
+    own, alone = model.to_dict()["positions"], fresh.to_dict()["positions"]
+    assert own[2][1] == pytest.approx(alone[2][1] + carried[2][1] * DEFAULT.decay ** 200), "never dropped"
+
+
+def test_a_text_the_draft_cannot_predict_after_one_it_could_pauses_sooner():
+    """The failure dropping refuted carried acceptance fixes, as a simulation (a draw of
+    ``--random 300``): after an answer a draft predicted at 0.7-0.9 a position, one it
+    predicts at 0-0.15, where the target alone is best; the carried evidence kept drafting
+    going for rounds."""
+    s = sim.Scenario.from_dict({"name": "hard-after-easy", "target_ms": [68.27, 80.39, 92.51, 104.63, 116.75,
+                                128.87, 140.99, 153.11, 165.23], "draft_ms": 3.444,
+                                "accept": [0.026, 0.092, 0.0, 0.022, 0.129, 0.156, 0.089, 0.141], "tokens": 128,
+                                "seed": {"accept": [0.908, 0.909, 0.831, 0.859, 0.798, 0.687, 0.721, 0.78]}})
+    with_it = sim._default_tps(s, 2, Params())
+    without = sim._default_tps(s, 2, sim.params_with(sim.ABLATIONS["carried acceptance on trial"]))
+    assert with_it > 1.03 * without, (with_it, without)
 
 
 def _answer(policy, target=0.010, draft=0.008, accept=0.6, rounds=300, clock=None):
@@ -190,7 +262,7 @@ def test_random_scenarios_are_seeded_valid_and_varied():
 def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     """The goal (default / best fixed >= 0.97, median >= 0.99) is measured by the script with
     several seeds; here the noiseless scenarios with one seed, deterministically (the least,
-    gpu-pays-after-hard-prompt, reads 0.948 on this seed, 0.952 over the script's 8)."""
+    gpu-pays-after-hard-prompt, reads 0.952 on this seed, 0.950 over the script's 8)."""
     scenarios = [s for s in sim.load(str(SCENARIOS)) if not s.noise]
     out = sim.report(scenarios, 1)
     assert out["min_default_over_best"] >= 0.94, out

@@ -63,6 +63,7 @@ class Params:
     own_apart: bool = True          # the policy's own time priced on drafting rounds only (a pause skips it)
     monotone: bool = True           # fit verify costs that never fall with the batch size
     seeded_pause: bool = True       # start paused when what an earlier answer learned says drafting loses
+    carried_trial: bool = True      # carried acceptance a position's verdicts refute (odds of z) is dropped
     lone_guard: bool = True         # ... unless the costs that says it on were each one sample
     build_min: float = 0.5          # a batch size's first decode in a generation costing this share of its
                                     # later ones more is priced as a one-off (a GPU graph) [fraction]
