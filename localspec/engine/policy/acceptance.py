@@ -4,6 +4,8 @@ A Beta posterior on a drafted token's acceptance (recent rounds weigh more) pool
 position; each position's own counts are pulled towards it. Whether the drafter goes on to
 the next position (p_min, a lookup whose match ends) is counted too. Rounds whose accepted
 tokens are far off their prediction mean the text changed: the older evidence is thinned.
+Evidence carried from an earlier answer stands trial at each position until it decays:
+this answer's verdicts there refuting it drop it.
 """
 
 from __future__ import annotations
