@@ -90,15 +90,20 @@ def test_acceptance_decays_as_one_factor_exactly():
         assert own == pytest.approx(ref, rel=1e-9, abs=1e-12)
 
 
-def _carried(rate: float, params: Params = DEFAULT) -> AcceptanceModel:
-    """A model seeded with what 200 rounds of K=4 learned where each position is accepted
-    with chance ``rate`` (a fixed pattern: deterministic)."""
-    earlier = AcceptanceModel(params, 8)
-    for i in range(200):
+def _judge_k4(model: AcceptanceModel, rate: float, stride: int, rounds: range) -> AcceptanceModel:
+    """Rounds of K=4 where each position is accepted with chance ``rate`` (a fixed pattern of
+    round index times ``stride``: deterministic)."""
+    for i in rounds:
         accepted = 0
-        while accepted < 4 and ((i * 7 + accepted * 3) % 100) < rate * 100:
+        while accepted < 4 and ((i * stride + accepted * 3) % 100) < rate * 100:
             accepted += 1
-        earlier.judge(4, 4, accepted)
+        model.judge(4, 4, accepted)
+    return model
+
+
+def _carried(rate: float, params: Params = DEFAULT) -> AcceptanceModel:
+    """A model seeded with what 200 rounds of K=4 at ``rate`` learned."""
+    earlier = _judge_k4(AcceptanceModel(params, 8), rate, 7, range(200))
     model = AcceptanceModel(params, 8)
     model.seed(json.loads(json.dumps(earlier.to_dict())))
     return model
@@ -129,20 +134,11 @@ def test_carried_acceptance_this_text_refutes_is_dropped_where_refuted():
 def test_carried_acceptance_this_text_bears_out_stays_and_the_trial_ends():
     model = _carried(0.7)
     carried = model.to_dict()["positions"]
-    for i in range(200):
-        accepted = 0
-        while accepted < 4 and ((i * 11 + accepted * 3) % 100) < 70:
-            accepted += 1
-        model.judge(4, 4, accepted)
-        if i == 0:
-            assert model.fresh is not None
+    _judge_k4(model, 0.7, 11, range(1))
+    assert model.fresh is not None
+    _judge_k4(model, 0.7, 11, range(1, 200))
     assert model.fresh is None, "the carried evidence decayed below a position's prior: no more trial"
-    fresh = AcceptanceModel(DEFAULT, 8)
-    for i in range(200):
-        accepted = 0
-        while accepted < 4 and ((i * 11 + accepted * 3) % 100) < 70:
-            accepted += 1
-        fresh.judge(4, 4, accepted)
+    fresh = _judge_k4(AcceptanceModel(DEFAULT, 8), 0.7, 11, range(200))
     own, alone = model.to_dict()["positions"], fresh.to_dict()["positions"]
     assert own[2][1] == pytest.approx(alone[2][1] + carried[2][1] * DEFAULT.decay ** 200), "never dropped"
 

@@ -52,7 +52,6 @@ class AcceptanceModel:
         self.fresh: AcceptanceModel | None = None   # this text's evidence alone, while carried evidence is on trial
         self.odds: list[float] = []                 # ... per position, how much likelier its verdicts are under it
         self.carried = 0.0                          # ... its weight, over ``scale`` [tokens]
-        self.adopt: list[int] = []                  # ... positions whose carried evidence this round refuted
 
     @property
     def mean(self) -> float:
@@ -80,8 +79,7 @@ class AcceptanceModel:
 
     def judge(self, k: int, drafted: int, accepted: int, probe: bool = False) -> None:
         """A verified draft of ``drafted`` tokens (``k`` allowed): ``accepted`` leading ones kept."""
-        if self.fresh is not None and drafted:
-            self._try_carried(k, drafted, accepted, probe)
+        refuted = self._try_carried(k, drafted, accepted, probe) if self.fresh is not None and drafted else []
         decay = self.p.probe_decay if probe else self.p.decay
         self.version += 1
         self._rescale(decay)
@@ -99,15 +97,22 @@ class AcceptanceModel:
             self.succ += accepted
             self.fail += 1.0 if accepted < drafted else 0.0
         if self.fresh is not None:
-            self._adopt()
+            self._adopt(refuted)
+            if self.carried * self.scale < self.p.position_prior:   # (moot now: the trial ends)
+                self.fresh = None
 
-    def _try_carried(self, k: int, drafted: int, accepted: int, probe: bool) -> None:
+    def _try_carried(self, k: int, drafted: int, accepted: int, probe: bool) -> list[int]:
         """Weigh each judged position's carried evidence by how likely this text's verdicts
         there are with it (its counts and this text's, pooled) and without it (this text's
         alone), each count read with a uniform prior: once the odds reach 1/beyond(z) the
         evidence read another text and is dropped (:meth:`_adopt`; a few tokens' worth would
-        hold the estimate for tens of rounds); once they reach the inverse, it stands."""
+        hold the estimate for tens of rounds); once they reach the inverse, it stands.
+
+        Returns:
+            The positions whose carried evidence this round refuted (call before the update).
+        """
         fresh, sc, fs, bar = self.fresh, self.scale, self.fresh.scale, beyond(self.p.z)
+        refuted = []
         for i in range(1, min(accepted + 1, drafted, len(self.odds) - 1) + 1):
             if self.odds[i] > 0.0:
                 ok = i <= accepted
@@ -115,26 +120,23 @@ class AcceptanceModel:
                 theirs = (fresh.accepted[i] * fs + 1.0) / (fresh.judged[i] * fs + 2.0)
                 self.odds[i] *= (theirs if ok else 1.0 - theirs) / (mine if ok else 1.0 - mine)
                 if self.odds[i] * bar >= 1.0:
-                    self.adopt.append(i)
+                    refuted.append(i)
                 elif self.odds[i] <= bar:
                     self.odds[i] = 0.0      # (the carried evidence stands)
         fresh.judge(k, drafted, accepted, probe)
+        return refuted
 
-    def _adopt(self) -> None:
-        """This text's own evidence in place of the carried at the positions it refuted; the
-        trial ends once the carried evidence weighs less than a position's prior."""
+    def _adopt(self, refuted: list[int]) -> None:
+        """This text's own evidence in place of the carried at the ``refuted`` positions."""
         fresh = self.fresh
         f = fresh.scale / self.scale
-        for i in self.adopt:
+        for i in refuted:
             for own, a in zip((self.tried, self.made, self.judged, self.accepted),
                               (fresh.tried, fresh.made, fresh.judged, fresh.accepted)):
                 own[i] = a[i] * f
             if i == 1:
                 self.succ, self.fail = fresh.succ, fresh.fail
             self.odds[i] = 0.0
-        self.adopt.clear()
-        if self.carried * self.scale < self.p.position_prior:
-            self.fresh = None
 
     def _rescale(self, f: float) -> None:
         self.scale *= f
