@@ -157,6 +157,21 @@ def test_a_text_the_draft_cannot_predict_after_one_it_could_pauses_sooner():
     assert with_it > 1.03 * without, (with_it, without)
 
 
+def test_a_text_the_draft_can_predict_after_one_it_could_not_is_probed_at_once():
+    """The failure a paused start's early probe fixes, as a simulation (a draw of ``--random
+    300``): an MTP head that predicted an answer's text at 0-0.25 a position, then one it
+    predicts at 0.85-1.0; the next answer (128 tokens) started paused, and its first probe
+    came at the budget's gap, 14 tokens in; at once, it resumes sooner."""
+    s = sim.Scenario.from_dict({"name": "easy-after-hard", "target_ms": [6.7379, 8.1587, 9.5796, 11.0005, 12.4214,
+                                13.8422, 15.2631, 16.684, 18.1049], "draft_ms": 0.1062, "drafter": "mtp",
+                                "accept": [0.891, 0.927, 0.846, 0.898, 0.896, 0.933, 1.0, 1.0], "tokens": 128,
+                                "then": {"at": 36, "accept": [0.802, 0.805, 0.8, 0.784, 0.79, 0.72, 0.61, 0.61]},
+                                "seed": {"accept": [0.077, 0.13, 0.248, 0.175, 0.083, 0.038, 0.0, 0.024]}})
+    with_it = sim._default_tps(s, 2, Params())
+    without = sim._default_tps(s, 2, sim.params_with(sim.ABLATIONS["... first probe at once"]))
+    assert with_it > 1.10 * without, (with_it, without)
+
+
 def _answer(policy, target=0.010, draft=0.008, accept=0.6, rounds=300, clock=None):
     """Rounds of a lone drafter under a simple cost model (every draft accepted with chance
     ``accept`` per token); the policy reads the simulated clock."""
@@ -189,6 +204,11 @@ def test_a_losing_pair_learned_once_starts_the_next_answer_paused_and_quiet():
     second = AdaptivePolicy(1, 8, learned=learned)
     assert second.seeded and second.state is State.PAUSED
     assert "from the last run" in second.opening_note() and second.opening_note() is None
+    assert second.probe_every == 1, "the budget's gap fits in the last answer: a probe at once"
+    learned["tokens"] = second.probe_every = 20     # a short last answer: the probe waits for the gap
+    second = AdaptivePolicy(1, 8, learned=learned)
+    assert second.state is State.PAUSED and 20 < second.probe_every == AdaptivePolicy(
+        1, 8, learned={**learned, "tokens": None}).probe_every
     quiet = second.quiet_rounds()
     assert quiet == second.probe_every - 1 > 0, "the generator runs these rounds without asking"
     second.passed(quiet, quiet)
@@ -257,11 +277,11 @@ def test_random_scenarios_are_seeded_valid_and_varied():
 
 def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     """The goal (default / best fixed >= 0.97, median >= 0.99) is measured by the script with
-    several seeds; here the noiseless scenarios with one seed, deterministically (the least,
-    gpu-pays-after-hard-prompt, reads 0.952 on this seed, 0.950 over the script's 8)."""
+    several seeds; here the noiseless scenarios with two seeds, deterministically (the least,
+    gpu-pays-after-hard-prompt, reads 0.955 on these seeds, 0.960 over the script's 8)."""
     scenarios = [s for s in sim.load(str(SCENARIOS)) if not s.noise]
-    out = sim.report(scenarios, 1)
-    assert out["min_default_over_best"] >= 0.94, out
+    out = sim.report(scenarios, 2)
+    assert out["min_default_over_best"] >= 0.95, out
     assert out["median_default_over_best"] >= 0.985, out
     by_name = {r["name"]: r for r in out["scenarios"]}
     assert by_name["draft-too-dear"]["best"]["setting"] == "target"
@@ -290,11 +310,11 @@ def test_a_probe_drafts_the_k_in_force_so_a_cheap_draft_is_probed_soon():
     (5% accepted): the next answer starts paused, at K=1. Its text is one the draft knows. A
     probe of that K costs a tenth of a step beyond the plain step it replaces, so the budget
     allows one every 8 tokens (its floor); a probe of 4 costs about four times that, and came
-    after ~40 tokens at the target's speed, most of a short answer. A draft as dear as the
-    demo pair's is probed at the budget's pace all the same
-    (test_a_draft_that_pays_only_if_every_token_were_accepted_is_not_probed_early)."""
+    after ~40 tokens at the target's speed, most of a short answer (the gaps read here without
+    the first probe at once). A draft as dear as the demo pair's is probed at the budget's
+    pace all the same (test_a_draft_that_pays_only_if_every_token_were_accepted_probes_within_the_budget)."""
     s = next(x for x in sim.load(str(SCENARIOS)) if x.name == "gpu-pays-after-hard-prompt")
-    learned = sim.simulate(s.earlier(), "default", 1)[2]
+    learned = {**sim.simulate(s.earlier(), "default", 1)[2], "tokens": None}
     p = AdaptivePolicy(1, 8, learned=learned)
     assert p.state is State.PAUSED and p.probe_len == p.k == 1 and p.probe_every == DEFAULT.probe_min
     four = AdaptivePolicy(1, 8, learned=learned, params=Params(probe_k=4))

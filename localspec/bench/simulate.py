@@ -333,6 +333,7 @@ ABLATIONS = {
     "monotone verify costs": {"monotone": False},
     "start paused from what was learned": {"seeded_pause": False},
     "... not on costs each sampled once": {"lone_guard": False},
+    "... first probe at once": {"early_probe": False},
     "carried acceptance on trial": {"carried_trial": False},
     "a batch size's first decode priced as a one-off": {"build_min": 1e9},
 }

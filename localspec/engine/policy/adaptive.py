@@ -87,7 +87,7 @@ class AdaptivePolicy:
             except (KeyError, TypeError, ValueError, AttributeError):
                 self.__init__(draft_min, draft_max, p_min, can_pause, probe_budget, None, params, clock, size_ratio)
                 return
-            self._start_seeded(learned.get("drafting") is False)
+            self._start_seeded(learned.get("drafting") is False, learned.get("tokens"))
         if self.drafting and can_pause and self.costs.first.value is None and (size_ratio or 0.0) >= 1.0:
             self._pause(f"the draft's weights are {size_ratio:.1f}x the target's: drafting cannot pay",
                         every=int(min(params.probe_min * size_ratio, params.probe_max)))
@@ -326,13 +326,16 @@ class AdaptivePolicy:
         every = lost / (self.p.refresh_share * seconds) if seconds > 0 else self.p.refresh_min
         self.refresh_every = int(min(max(every, self.p.refresh_min), self.p.refresh_max))
 
-    def _pause(self, why: str | None, every: int | None = None, quiet: bool = False) -> str | None:
-        """Pause drafting until the next probe, ``every`` tokens away (else budgeted)."""
+    def _pause(self, why: str | None, every: int | None = None, quiet: bool = False, early: int = 0) -> str | None:
+        """Pause drafting until the next probe, ``every`` tokens away (else budgeted); at
+        the next round instead where that gap is at most ``early`` tokens."""
         was, self.state, self.since_probe = self.state, State.PAUSED, 0
         if every is None:
             extra, c1 = self._probe_seconds(self.probe_len)   # probes within the budget
             every = (extra / (self.budget * c1) if extra > 0 and c1 > 0 else self.p.probe_min) * self.backoff
         self.probe_every = int(min(max(every, self.p.probe_min), self.p.probe_max))
+        if self.probe_every <= early:
+            self.probe_every = 1
         self.pauses += was is not State.PROBING
         self._reason = report.explain(self, why, True)
         if why is not None:      # a pause from the start: said before the answer
@@ -349,11 +352,13 @@ class AdaptivePolicy:
         catch = self.costs.catchup * self.p.catchup_window if self.costs.catchup is not None else c[k][1] - c[0][1]
         return catch + c[k][1] - c[k][0] * c1, c1
 
-    def _start_seeded(self, ended_paused: bool) -> None:
+    def _start_seeded(self, ended_paused: bool, last_tokens=None) -> None:
         """Start paused when an earlier generation's costs say drafting loses even read
         optimistically, or it ended paused and they predict no gain; on costs that were each
         one sample there (maybe a GPU's first decodes), only for a draft too dear to pay even
-        at the plain step's price per batch, all accepted."""
+        at the plain step's price per batch, all accepted. A new answer may read another text:
+        where the budget's gap between probes fits in the last answer (``last_tokens``), the
+        first probe comes at once, where it tells the most (the gaps stay within the budget)."""
         if not self.costs.known:
             return
         self.state = State.DRAFTING
@@ -364,7 +369,7 @@ class AdaptivePolicy:
                 and not (self.p.lone_guard and self.costs.weak and not self._draft_alone_loses())
                 and (ended_paused or self.bounds()[1] < 1.0)):
             self.k = k_best
-            self._pause("from the last run")
+            self._pause("from the last run", early=isinstance(last_tokens, int) and self.p.early_probe and last_tokens)
 
     def _draft_alone_loses(self) -> bool:
         """Whether drafting loses with every verify batch at the plain step's cost and every
@@ -389,7 +394,7 @@ class AdaptivePolicy:
         if self.costs.plain() is None:
             return None
         return {"version": SCHEMA, "costs": self.costs.to_dict(), "acceptance": self.acc.to_dict(),
-                "k": self.k, "drafting": self.drafting}
+                "k": self.k, "drafting": self.drafting, "tokens": self.tokens}
 
     def estimates(self) -> dict:
         return report.estimates(self)

@@ -63,8 +63,9 @@ class Params:
     own_apart: bool = True          # the policy's own time priced on drafting rounds only (a pause skips it)
     monotone: bool = True           # fit verify costs that never fall with the batch size
     seeded_pause: bool = True       # start paused when what an earlier answer learned says drafting loses
-    carried_trial: bool = True      # carried acceptance a position's verdicts refute (odds of z) is dropped
     lone_guard: bool = True         # ... unless the costs that says it on were each one sample
+    early_probe: bool = True        # ... and probes at once where the probe budget's gap fits in the last answer
+    carried_trial: bool = True      # carried acceptance a position's verdicts refute (odds of z) is dropped
     build_min: float = 0.5          # a batch size's first decode in a generation costing this share of its
                                     # later ones more is priced as a one-off (a GPU graph) [fraction]
     build_horizon: int = 128       # tokens a new batch size's first-decode extra must be repaid in [tokens]

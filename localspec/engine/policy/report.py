@@ -18,7 +18,8 @@ def explain(pol: AdaptivePolicy, why: str | None, paused: bool) -> str:
     if why:
         head = f"{why}: {head}" if head else why
     if paused:
-        return f"{head}; drafting paused (next probe after {pol.probe_every} tokens)"
+        when = "next round" if pol.probe_every <= 1 else f"after {pol.probe_every} tokens"
+        return f"{head}; drafting paused (next probe {when})"
     return head
 
 
