@@ -159,8 +159,6 @@ class LayeredPair(PairPolicy):
             agreed, failed = agreed + a, failed + int(a < n)
         self.small.observe_other(step)
         self.large.observe_other(step)
-        if step.drafted and self.p.layer_quit:
-            self.large.acc.shifted(step.drafted, step.accepted)   # (the text changed: its evidence thinned)
         self.large.acc.judge(step.k, step.drafted, step.accepted)
         l_first, l_next = self.large.costs.draft_seconds()
         self._paid[0] += step.draft_seconds
