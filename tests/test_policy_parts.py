@@ -203,7 +203,8 @@ def test_a_losing_pair_learned_once_starts_the_next_answer_paused_and_quiet():
     assert learned["version"] == SCHEMA
     second = AdaptivePolicy(1, 8, learned=learned)
     assert second.seeded and second.state is State.PAUSED
-    assert "from the last run" in second.opening_note() and second.opening_note() is None
+    note = second.opening_note()
+    assert "from the last run" in note and "a probe on the next round" in note and second.opening_note() is None
     assert second.probe_every == 1, "the budget's gap fits in the last answer: a probe at once"
     learned["tokens"] = second.probe_every = 20     # a short last answer: the probe waits for the gap
     second = AdaptivePolicy(1, 8, learned=learned)

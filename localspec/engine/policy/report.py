@@ -18,8 +18,8 @@ def explain(pol: AdaptivePolicy, why: str | None, paused: bool) -> str:
     if why:
         head = f"{why}: {head}" if head else why
     if paused:
-        when = "next round" if pol.probe_every <= 1 else f"after {pol.probe_every} tokens"
-        return f"{head}; drafting paused (next probe {when})"
+        when = "a probe on the next round" if pol.probe_every <= 1 else f"next probe after {pol.probe_every} tokens"
+        return f"{head}; drafting paused ({when})"
     return head
 
 
