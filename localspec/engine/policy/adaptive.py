@@ -87,7 +87,7 @@ class AdaptivePolicy:
             except (KeyError, TypeError, ValueError, AttributeError):
                 self.__init__(draft_min, draft_max, p_min, can_pause, probe_budget, None, params, clock, size_ratio)
                 return
-            self._start_seeded(learned.get("drafting") is False, learned.get("tokens"))
+            self._start_seeded(learned.get("drafting") is False, learned.get("tokens") if params.early_probe else 0)
         if self.drafting and can_pause and self.costs.first.value is None and (size_ratio or 0.0) >= 1.0:
             self._pause(f"the draft's weights are {size_ratio:.1f}x the target's: drafting cannot pay",
                         every=int(min(params.probe_min * size_ratio, params.probe_max)))
@@ -369,7 +369,7 @@ class AdaptivePolicy:
                 and not (self.p.lone_guard and self.costs.weak and not self._draft_alone_loses())
                 and (ended_paused or self.bounds()[1] < 1.0)):
             self.k = k_best
-            self._pause("from the last run", early=isinstance(last_tokens, int) and self.p.early_probe and last_tokens)
+            self._pause("from the last run", early=last_tokens if isinstance(last_tokens, int) else 0)
 
     def _draft_alone_loses(self) -> bool:
         """Whether drafting loses with every verify batch at the plain step's cost and every
