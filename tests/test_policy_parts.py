@@ -143,6 +143,12 @@ def test_carried_acceptance_this_text_bears_out_stays_and_the_trial_ends():
     assert own[2][1] == pytest.approx(alone[2][1] + carried[2][1] * DEFAULT.decay ** 200), "never dropped"
 
 
+def _with_and_without(s: sim.Scenario, mechanism: str) -> tuple[float, float]:
+    """The default's tokens per second on ``s`` (2 seeds), with every mechanism and with
+    ``mechanism`` switched off (its entry in the simulator's ABLATIONS)."""
+    return sim._default_tps(s, 2, Params()), sim._default_tps(s, 2, sim.params_with(sim.ABLATIONS[mechanism]))
+
+
 def test_a_text_the_draft_cannot_predict_after_one_it_could_pauses_sooner():
     """The failure dropping refuted carried acceptance fixes, as a simulation (a draw of
     ``--random 300``): after an answer a draft predicted at 0.7-0.9 a position, one it
@@ -152,8 +158,7 @@ def test_a_text_the_draft_cannot_predict_after_one_it_could_pauses_sooner():
                                 128.87, 140.99, 153.11, 165.23], "draft_ms": 3.444,
                                 "accept": [0.026, 0.092, 0.0, 0.022, 0.129, 0.156, 0.089, 0.141], "tokens": 128,
                                 "seed": {"accept": [0.908, 0.909, 0.831, 0.859, 0.798, 0.687, 0.721, 0.78]}})
-    with_it = sim._default_tps(s, 2, Params())
-    without = sim._default_tps(s, 2, sim.params_with(sim.ABLATIONS["carried acceptance on trial"]))
+    with_it, without = _with_and_without(s, "carried acceptance on trial")
     assert with_it > 1.03 * without, (with_it, without)
 
 
@@ -167,8 +172,7 @@ def test_a_text_the_draft_can_predict_after_one_it_could_not_is_probed_at_once()
                                 "accept": [0.891, 0.927, 0.846, 0.898, 0.896, 0.933, 1.0, 1.0], "tokens": 128,
                                 "then": {"at": 36, "accept": [0.802, 0.805, 0.8, 0.784, 0.79, 0.72, 0.61, 0.61]},
                                 "seed": {"accept": [0.077, 0.13, 0.248, 0.175, 0.083, 0.038, 0.0, 0.024]}})
-    with_it = sim._default_tps(s, 2, Params())
-    without = sim._default_tps(s, 2, sim.params_with(sim.ABLATIONS["... first probe at once"]))
+    with_it, without = _with_and_without(s, "... first probe at once")
     assert with_it > 1.10 * without, (with_it, without)
 
 
@@ -301,8 +305,7 @@ def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
 def test_each_mechanism_earns_its_place(mechanism, scenario):
     """Switched off, each mechanism costs its scenario at least 0.5% (the failure it fixes)."""
     s = next(x for x in sim.load(str(SCENARIOS)) if x.name == scenario)
-    with_it = sim._default_tps(s, 2, Params())
-    without = sim._default_tps(s, 2, sim.params_with(sim.ABLATIONS[mechanism]))
+    with_it, without = _with_and_without(s, mechanism)
     assert without < 0.995 * with_it, (with_it, without)
 
 

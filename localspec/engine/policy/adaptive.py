@@ -87,7 +87,7 @@ class AdaptivePolicy:
             except (KeyError, TypeError, ValueError, AttributeError):
                 self.__init__(draft_min, draft_max, p_min, can_pause, probe_budget, None, params, clock, size_ratio)
                 return
-            self._start_seeded(learned.get("drafting") is False, learned.get("tokens") if params.early_probe else 0)
+            self._start_seeded(learned.get("drafting") is False, learned.get("tokens"))
         if self.drafting and can_pause and self.costs.first.value is None and (size_ratio or 0.0) >= 1.0:
             self._pause(f"the draft's weights are {size_ratio:.1f}x the target's: drafting cannot pay",
                         every=int(min(params.probe_min * size_ratio, params.probe_max)))
@@ -352,12 +352,12 @@ class AdaptivePolicy:
         catch = self.costs.catchup * self.p.catchup_window if self.costs.catchup is not None else c[k][1] - c[0][1]
         return catch + c[k][1] - c[k][0] * c1, c1
 
-    def _start_seeded(self, ended_paused: bool, last_tokens=None) -> None:
+    def _start_seeded(self, ended_paused: bool, last: object = None) -> None:
         """Start paused when an earlier generation's costs say drafting loses even read
         optimistically, or it ended paused and they predict no gain; on costs that were each
         one sample there (maybe a GPU's first decodes), only for a draft too dear to pay even
         at the plain step's price per batch, all accepted. A new answer may read another text:
-        where the budget's gap between probes fits in the last answer (``last_tokens``), the
+        where the budget's gap between probes fits in the last answer (``last`` tokens), the
         first probe comes at once, where it tells the most (the gaps stay within the budget)."""
         if not self.costs.known:
             return
@@ -369,7 +369,7 @@ class AdaptivePolicy:
                 and not (self.p.lone_guard and self.costs.weak and not self._draft_alone_loses())
                 and (ended_paused or self.bounds()[1] < 1.0)):
             self.k = k_best
-            self._pause("from the last run", early=last_tokens if isinstance(last_tokens, int) else 0)
+            self._pause("from the last run", early=last if self.p.early_probe and isinstance(last, int) else 0)
 
     def _draft_alone_loses(self) -> bool:
         """Whether drafting loses with every verify batch at the plain step's cost and every
