@@ -143,6 +143,42 @@ def test_carried_acceptance_this_text_bears_out_stays_and_the_trial_ends():
     assert own[2][1] == pytest.approx(alone[2][1] + carried[2][1] * DEFAULT.decay ** 200), "never dropped"
 
 
+def test_a_resume_by_this_texts_probe_drops_carried_acceptance_that_read_it_as_harder():
+    """A resume is this text's verdict against carried evidence that kept drafting paused:
+    where this text's own counts read it easier, they replace the carried at every position
+    (a blend would hold K low for tens of rounds); carried evidence that read the text as
+    easier than this text's counts stays on trial (the resume did not come from it)."""
+    for rate, accepted, dropped in ((0.03, 1, True), (0.9, 0, False)):
+        model = _carried(rate)
+        model.judge(1, 1, accepted, probe=True)
+        own = model.fresh.rates()[1][1:]
+        model.thin(resumed=True)
+        assert (model.fresh is None) is dropped, rate
+        if dropped:
+            assert model.rates()[1][1:] == pytest.approx(own)
+
+
+def test_a_paused_start_resumed_by_a_probe_drafts_at_this_texts_acceptance():
+    """An answer after one the draft could not predict (3% a token) starts paused and probes
+    at once; every token of this text is accepted. The probe that resumes drafting sets K from
+    this text's acceptance (K of 4 or more), not from a blend with the carried (K=1)."""
+    for trial in (True, False):
+        params = replace(DEFAULT, carried_trial=trial)
+        first = _answer(AdaptivePolicy(1, 8, params=params), target=0.020, draft=0.0018, accept=0.03)
+        p = AdaptivePolicy(1, 8, learned=first.learned(), params=params)
+        assert p.state is State.PAUSED and p.probe_every == 1
+        p.clock = clock = sim.SimClock()
+        for i in range(4):
+            k, probe = p.next_k(), p.probe
+            clock.now += 0.020 * (1 + 0.05 * k) + 0.0018 * k
+            p.observe(Step(i, k, k, k, k + 1, 0.0018 * k, 0.020 * (1 + 0.05 * k), p.drafting, draft_steps=k,
+                           verify_batch=k + 1, probe=probe, sync_tokens=1 if k else 0, sync_seconds=0.0018 * k))
+            if p.drafting:
+                break
+        assert p.drafting and i == 1, "a plain round, then the probe: all accepted, it resumes"
+        assert (p.k >= 4 and p.acc.mean > 0.6) if trial else (p.k == 1 and p.acc.mean < 0.4), (p.k, p.acc.mean)
+
+
 def _with_and_without(s: sim.Scenario, mechanism: str) -> tuple[float, float]:
     """The default's tokens per second on ``s`` (2 seeds), with every mechanism and with
     ``mechanism`` switched off (its entry in the simulator's ABLATIONS)."""
@@ -283,7 +319,7 @@ def test_random_scenarios_are_seeded_valid_and_varied():
 def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     """The goal (default / best fixed >= 0.97, median >= 0.99) is measured by the script with
     several seeds; here the noiseless scenarios with two seeds, deterministically (the least,
-    gpu-pays-after-hard-prompt, reads 0.955 on these seeds, 0.960 over the script's 8)."""
+    gpu-pays-after-hard-prompt, reads 0.953 on these seeds, 0.963 over the script's 8)."""
     scenarios = [s for s in sim.load(str(SCENARIOS)) if not s.noise]
     out = sim.report(scenarios, 2)
     assert out["min_default_over_best"] >= 0.95, out
@@ -299,7 +335,7 @@ def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     ("loop time priced", "cpu-tiny-target-python-bound"),
     ("probes weigh more while paused", "acceptance-recovers-halfway"),
     ("failed probes back off", "cpu-lookup-finds-nothing+noise10"),
-    ("start paused from what was learned", "cpu-tiny-target-python-bound+noise10"),
+    ("start paused from what was learned", "cpu-draft-loses-after-a-prompt-it-paid"),
     ("the policy's own time priced apart", "cpu-tiny-target-lookup-rare-matches"),
 ])
 def test_each_mechanism_earns_its_place(mechanism, scenario):

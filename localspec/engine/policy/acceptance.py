@@ -166,9 +166,13 @@ class AcceptanceModel:
             return True
         return False
 
-    def thin(self, weight: float | None = None) -> None:
+    def thin(self, weight: float | None = None, resumed: bool = False) -> None:
         """Keep ``weight`` (default ``resume_weight``) tokens' worth of evidence so that fresh
-        rounds decide."""
+        rounds decide; ``resumed`` (by this text's verdicts): carried evidence on trial that
+        read the text as harder than they do goes."""
+        if resumed and self.fresh is not None and self.fresh.mean > self.mean:
+            self._adopt(list(range(1, len(self.odds))))
+            self.fresh, self.version = None, self.version + 1
         self.shift.clear()
         n = self.succ + self.fail
         weight = self.p.resume_weight if weight is None else weight

@@ -300,10 +300,10 @@ class AdaptivePolicy:
             return None
         self.predicted_speedup = s_best
         if s_best > 1.0 or not self.can_pause:
-            self.state, self.k, self.since_resume, self.backoff, self.failed = State.DRAFTING, k_best, 0, 1, 0
-            self.acc.thin()
+            self.acc.thin(resumed=self.p.carried_trial)
             self._cache = {}
-            self._reason = None
+            self.k, self.predicted_speedup = predict.best(self.curve(), k_best)
+            self.state, self.since_resume, self.backoff, self.failed, self._reason = State.DRAFTING, 0, 1, 0, None
             return self.reason
         self.failed += 1      # the second failed probe in a row on widens the gap
         self.backoff = min(2 ** (self.failed - 1), self.p.probe_backoff, max(self.tokens // self.p.probe_min, 1))

@@ -65,7 +65,8 @@ class Params:
     seeded_pause: bool = True       # start paused when what an earlier answer learned says drafting loses
     lone_guard: bool = True         # ... unless the costs that says it on were each one sample
     early_probe: bool = True        # ... and probes at once where the probe budget's gap fits in the last answer
-    carried_trial: bool = True      # carried acceptance a position's verdicts refute (odds of z) is dropped
+    carried_trial: bool = True      # carried acceptance a position's verdicts refute (odds of z) is dropped;
+                                    # all of it on a probe's resume where this text's counts read it easier
     build_min: float = 0.5          # a batch size's first decode in a generation costing this share of its
                                     # later ones more is priced as a one-off (a GPU graph) [fraction]
     build_horizon: int = 128       # tokens a new batch size's first-decode extra must be repaid in [tokens]
