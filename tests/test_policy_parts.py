@@ -167,15 +167,8 @@ def test_a_paused_start_resumed_by_a_probe_drafts_at_this_texts_acceptance():
         first = _answer(AdaptivePolicy(1, 8, params=params), target=0.020, draft=0.0018, accept=0.03)
         p = AdaptivePolicy(1, 8, learned=first.learned(), params=params)
         assert p.state is State.PAUSED and p.probe_every == 1
-        p.clock = clock = sim.SimClock()
-        for i in range(4):
-            k, probe = p.next_k(), p.probe
-            clock.now += 0.020 * (1 + 0.05 * k) + 0.0018 * k
-            p.observe(Step(i, k, k, k, k + 1, 0.0018 * k, 0.020 * (1 + 0.05 * k), p.drafting, draft_steps=k,
-                           verify_batch=k + 1, probe=probe, sync_tokens=1 if k else 0, sync_seconds=0.0018 * k))
-            if p.drafting:
-                break
-        assert p.drafting and i == 1, "a plain round, then the probe: all accepted, it resumes"
+        _answer(p, target=0.020, draft=0.0018, accept=1.0, rounds=2)
+        assert p.drafting and p.probes == p.draft_rounds == 1, "a plain round, then the probe: all accepted, it resumes"
         assert (p.k >= 4 and p.acc.mean > 0.6) if trial else (p.k == 1 and p.acc.mean < 0.4), (p.k, p.acc.mean)
 
 
