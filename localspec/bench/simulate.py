@@ -326,6 +326,7 @@ ABLATIONS = {
     "per-position acceptance": {"position_prior": 1e9},
     "probes weigh more while paused": {"probe_decay": 0.98},
     "failed probes back off": {"probe_backoff": 1},
+    "a probe paid for by the ones before: at once": {"probe_credit": False},
     "probes of the K in force (not 4 tokens)": {"probe_k": 4},
     "margin to move K": {"move_margin": 0.0},
     "loop time priced": {"measure_loop": False},

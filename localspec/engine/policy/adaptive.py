@@ -3,8 +3,8 @@
 Each round it predicts every draft length's tokens per second from the measured costs and
 acceptance, drafts the best, and pauses only when even an optimistic reading of the evidence
 (acceptance at its upper credible bound, costs at their favourable ends) says drafting
-loses. While paused, probes try drafting again at gaps that keep their cost under
-``probe_budget`` of the time; a probe that predicts a gain resumes drafting.
+loses. Paused, it probes at gaps that keep probes under ``probe_budget`` of the time (at
+once while earlier ones saved what the next may cost); one predicting a gain resumes drafting.
 """
 
 import math
@@ -74,7 +74,7 @@ class AdaptivePolicy:
         self.refresh_every = params.refresh_min
         self.backoff, self.failed = 1, 0   # failed probes in a row widen the gap by this
         self.t_last: float | None = None
-        self.pauses = self.probes = 0
+        self.pauses, self.probes, self.credit = 0, 0, 0.0   # (credit: seconds this pause's probes saved, net)
         self.predicted_speedup, self.seeded = 1.0, False
         self._reason: str | None = "starting: measuring draft and target costs"
         self._note, self._cache = None, {}   # (a sentence to tell; curves by their arguments)
@@ -135,9 +135,7 @@ class AdaptivePolicy:
     def quiet_rounds(self) -> int:
         """While paused: the plain rounds before the one ahead of the next probe (which is
         observed, measuring a plain step and starting the probe's clock)."""
-        if self.state is not State.PAUSED:
-            return 0
-        return max(self.probe_every - self.since_probe - 1, 0)
+        return max(self.probe_every - self.since_probe - 1, 0) if self.state is State.PAUSED else 0
 
     def passed(self, rounds: int, tokens: int) -> None:
         self.round, self.tokens, self.since_probe = self.round + rounds, self.tokens + tokens, self.since_probe + tokens
@@ -154,8 +152,7 @@ class AdaptivePolicy:
                 self.costs.add_overhead(False, rest)
             elif own and r.draft_steps > 0:
                 self.costs.add_overhead(True, rest)
-        self.round += 1
-        self.tokens += r.emitted
+        self.round, self.tokens = self.round + 1, self.tokens + r.emitted
         self.costs.add_verify(r.verify_batch, r.verify_seconds)
         if r.verify_batch == 1:
             self.since_plain = 0
@@ -215,6 +212,7 @@ class AdaptivePolicy:
                 self.since_resume += 1
             if r.probe:
                 self.probes += 1
+                self.credit += r.emitted * c1 - r.draft_seconds - r.verify_seconds if (c1 := self.costs.plain()) else 0
         note = self.opening_note()
         if not self.costs.known:   # a probe's verdict waits for a plain step (another of two drafts drafts)
             return (r.probe and self.state is State.PROBING
@@ -305,7 +303,10 @@ class AdaptivePolicy:
             self.k, self.predicted_speedup = predict.best(self.curve(), k_best)
             self.state, self.since_resume, self.backoff, self.failed, self._reason = State.DRAFTING, 0, 1, 0, None
             return self.reason
-        self.failed += 1      # the second failed probe in a row on widens the gap
+        if self.p.probe_credit and self.credit > max(self._probe_seconds(self.probe_len)[0], 0.0):
+            self.failed, self.backoff = 0, 1     # the probes so far paid for the next: it comes at once
+            return self._pause(None, 1, quiet=True, early=self.p.probe_min)
+        self.failed, self.credit = self.failed + 1, 0.0    # the second failed probe in a row on widens the gap
         self.backoff = min(2 ** (self.failed - 1), self.p.probe_backoff, max(self.tokens // self.p.probe_min, 1))
         return self._pause(None, quiet=True)
 
@@ -333,10 +334,10 @@ class AdaptivePolicy:
         if every is None:
             extra, c1 = self._probe_seconds(self.probe_len)   # probes within the budget
             every = (extra / (self.budget * c1) if extra > 0 and c1 > 0 else self.p.probe_min) * self.backoff
-        self.probe_every = int(min(max(every, self.p.probe_min), self.p.probe_max))
-        if self.probe_every <= early:
-            self.probe_every = 1
+        gap = int(min(max(every, self.p.probe_min), self.p.probe_max))
+        self.probe_every = 1 if gap <= early else gap
         self.pauses += was is not State.PROBING
+        self.credit *= was is State.PROBING   # (a pause from drafting starts with none)
         self._reason = report.explain(self, why, True)
         if why is not None:      # a pause from the start: said before the answer
             self._note = self._reason
@@ -391,10 +392,9 @@ class AdaptivePolicy:
 
     def learned(self) -> dict | None:
         """What this generation measured, to seed the next one (JSON); None before a plain step."""
-        if self.costs.plain() is None:
-            return None
-        return {"version": SCHEMA, "costs": self.costs.to_dict(), "acceptance": self.acc.to_dict(),
-                "k": self.k, "drafting": self.drafting, "tokens": self.tokens}
+        return None if self.costs.plain() is None else {
+            "version": SCHEMA, "costs": self.costs.to_dict(), "acceptance": self.acc.to_dict(),
+            "k": self.k, "drafting": self.drafting, "tokens": self.tokens}
 
     def estimates(self) -> dict:
         return report.estimates(self)

@@ -38,6 +38,7 @@ class Params:
     probe_min: int = 8              # tokens between probes, at least [tokens]
     probe_max: int = 4096           # ... and at most [tokens]
     probe_backoff: int = 2          # failed probes in a row widen the gap up to this (and the tokens so far) [factor]
+    probe_credit: bool = True       # a probe whose gain covers the next one's expected cost: the next at once
     catchup_window: int = 32        # tokens a drafter re-reads for a probe after a long pause [tokens]
     noise: float = 0.2              # a measured time's relative error until the machine's is measured [fraction]
     lone_slope: float = 0.15        # with one batch size measured, each further token costs this share of it
