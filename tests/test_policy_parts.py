@@ -236,7 +236,7 @@ def test_a_probe_whose_gain_pays_for_the_next_brings_it_at_once():
     to cost: the next comes on the next round (at the budget's gap, 19 tokens, without the
     rule). A failed probe after it spends the credit, and the gap is the budget's again."""
     for credit in (True, False):
-        params = replace(DEFAULT, probe_credit=credit)
+        params = replace(DEFAULT, probe_credit=credit, early_share=0.0)   # (a paused start's own credit: below)
         first = _answer(AdaptivePolicy(1, 8, params=params), target=0.020, draft=0.006, accept=0.0)
         p = AdaptivePolicy(1, 8, learned=first.learned(), params=params)
         _answer(p, target=0.020, draft=0.006, accept=1.0, rounds=2)   # a plain round, then the probe
@@ -248,6 +248,34 @@ def test_a_probe_whose_gain_pays_for_the_next_brings_it_at_once():
         _answer(p, target=0.020, draft=0.006, accept=0.0, rounds=2)
         assert p.state is State.PAUSED and p.probes == 2
         assert p.credit == 0.0 and p.probe_every >= DEFAULT.probe_min
+
+
+def test_a_paused_start_probes_at_once_on_a_share_of_the_last_answer_s_budget():
+    """A 27B target on a GPU and a 0.5B draft (a tenth of a step), paused from the start by
+    a last answer (256 tokens) whose text it could not draft: the new answer may read
+    another text, and the first probes tell the most. It opens with a quarter of that
+    answer's probe budget as credit, scaled by the share of a step drafting could save at
+    best; a failed probe spends its cost and the next comes at once while the rest covers
+    it. A probe that drafted nothing (a lookup without a match) told nothing: the credit
+    goes. Without the credit the gap after a failed probe is the budget's (8 tokens)."""
+    s = next(x for x in sim.load(str(SCENARIOS)) if x.name == "gpu-pays-after-hard-prompt")
+    learned = sim.simulate(s.earlier(), "default", 1)[2]
+    assert learned["tokens"] == 256 and learned["drafting"] is False
+    p = AdaptivePolicy(1, 8, learned=learned)
+    step = p.plain_step_seconds()
+    assert p.state is State.PAUSED and p.probe_every == 1
+    assert 0.1 * step < p.credit < DEFAULT.early_share * DEFAULT.probe_budget * 256 * 1.1 * step
+    opened = p.credit
+    _answer(p, target=0.020, draft=0.0018, accept=0.0, rounds=2)   # a plain round, then the probe: failed
+    assert p.state is State.PAUSED and p.probes == 1 and 0.0 < p.credit < opened and p.probe_every == 1
+    assert p.next_k() == 0
+    p.observe(Step(2, 0, 0, 0, 1, 0.0, 0.020, False))
+    assert p.next_k() == 1 and p.probe
+    p.observe(Step(3, 1, 0, 0, 1, 1e-4, 0.020, False, draft_steps=1, probe=True))   # it drafted nothing
+    assert p.probes == 2 and p.credit == 0.0 and p.probe_every >= DEFAULT.probe_min
+    off = AdaptivePolicy(1, 8, learned=learned, params=replace(DEFAULT, early_share=0.0))
+    _answer(off, target=0.020, draft=0.0018, accept=0.0, rounds=2)
+    assert off.state is State.PAUSED and off.probes == 1 and off.probe_every >= DEFAULT.probe_min
 
 
 def test_a_losing_pair_learned_once_starts_the_next_answer_paused_and_quiet():
@@ -333,11 +361,11 @@ def test_random_scenarios_are_seeded_valid_and_varied():
 def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     """The goal (default / best fixed >= 0.97, median >= 0.99) is measured by the script with
     several seeds; here the noiseless scenarios with two seeds, deterministically (the least,
-    gpu-pays-after-hard-prompt, reads 0.947 on these seeds, 0.963 over the script's 8: which
-    probe meets which draw moves it by a point either way on two)."""
+    cpu-context-drift, reads 0.966 on these seeds, 0.988 over the script's 8: which probe
+    meets which draw moves a scenario by a point or two either way on two)."""
     scenarios = [s for s in sim.load(str(SCENARIOS)) if not s.noise]
     out = sim.report(scenarios, 2)
-    assert out["min_default_over_best"] >= 0.945, out
+    assert out["min_default_over_best"] >= 0.96, out
     assert out["median_default_over_best"] >= 0.985, out
     by_name = {r["name"]: r for r in out["scenarios"]}
     assert by_name["draft-too-dear"]["best"]["setting"] == "target"
@@ -351,6 +379,7 @@ def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     ("probes weigh more while paused", "acceptance-recovers-halfway"),
     ("failed probes back off", "cpu-lookup-finds-nothing+noise10"),
     ("a probe paid for by the ones before: at once", "gpu-pays-after-hard-prompt+noise10"),
+    ("... the next at once on a share of the last answer's budget", "gpu-pays-after-hard-prompt"),
     ("start paused from what was learned", "cpu-draft-loses-after-a-prompt-it-paid"),
     ("the policy's own time priced apart", "cpu-tiny-target-lookup-rare-matches"),
 ])

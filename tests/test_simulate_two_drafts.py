@@ -391,7 +391,8 @@ def test_a_paused_idle_draft_does_not_probe_while_the_other_drafts(scenarios, mo
     sd.simulate(s, "both", 0, learned=learned)
     assert not rounds, rounds
     sd.simulate(s, "both", 0, Params(quiet_idle=False), learned=learned)
-    assert len(rounds) >= 3 and all(r.probe and not r.accepted for r in rounds), rounds
+    assert len(rounds) >= 3 and all(r.probe for r in rounds), rounds
+    assert sum(r.accepted == 0 for r in rounds) >= len(rounds) - 1, rounds   # (it gets 1% of this text right)
     monkeypatch.undo()
     on = sd.evaluate(s, 3)["both_over_better_single"]
     off = sd.evaluate(s, 3, Params(quiet_idle=False))["both_over_better_single"]

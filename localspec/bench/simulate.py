@@ -335,6 +335,7 @@ ABLATIONS = {
     "start paused from what was learned": {"seeded_pause": False},
     "... not on costs each sampled once": {"lone_guard": False},
     "... first probe at once": {"early_probe": False},
+    "... the next at once on a share of the last answer's budget": {"early_share": 0.0},
     "carried acceptance on trial": {"carried_trial": False},
     "a batch size's first decode priced as a one-off": {"build_min": 1e9},
 }

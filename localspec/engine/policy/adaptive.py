@@ -103,19 +103,17 @@ class AdaptivePolicy:
     def next_k(self) -> int:
         if self.t_last is None:
             self.t_last = self.clock()
-        if self.state is State.PAUSED and self.since_probe >= self.probe_every:
+        if self.state is State.PROBING or (self.state is State.PAUSED and self.since_probe >= self.probe_every):
             self.state = State.PROBING
-        if self.state is State.PROBING:
             return self.probe_len
         return 0 if self.state is State.PAUSED or (self.round and not self._plain_fresh()) else self.k
 
     def _plain_fresh(self) -> bool:
         """Whether the plain step was measured recently enough (see :meth:`_schedule_refresh`)."""
         s = self.costs.verify.get(1)
-        if s is None or s.value is None:
-            return False
-        if self.costs.overhead[False].value is None and self.costs.overhead[True].value is not None:
-            return False     # one plain round tells what drafting adds to the loop's own time
+        if s is None or s.value is None or (self.costs.overhead[False].value is None
+                                            and self.costs.overhead[True].value is not None):
+            return False     # (the latter: one plain round tells what drafting adds to the loop's own time)
         return self.since_plain < self.refresh_every
 
     def gate(self):   # the per-token stop rule of a draft: p_min, else None
@@ -205,14 +203,12 @@ class AdaptivePolicy:
             self.draft_rounds += 1
             self.costs.add_draft(r.draft_steps, r.draft_seconds - r.wait_seconds,
                                  r.sync_seconds - r.wait_seconds, r.sync_tokens)
-            if self.state is State.DRAFTING and r.drafted and self.acc.shifted(r.drafted, r.accepted):
-                self.since_resume = 0
+            shifted = self.state is State.DRAFTING and r.drafted and self.acc.shifted(r.drafted, r.accepted)
             self.acc.judge(r.k, r.drafted, r.accepted, probe=r.probe)
-            if self.drafting:
-                self.since_resume += 1
-            if r.probe:
-                self.probes += 1
-                self.credit += r.emitted * c1 - r.draft_seconds - r.verify_seconds if (c1 := self.costs.plain()) else 0
+            self.since_resume = (0 if shifted else self.since_resume) + self.drafting
+            if r.probe:   # (one that drafted nothing told nothing: the credit goes)
+                self.probes, c1 = self.probes + 1, (self.costs.plain() if r.drafted else 0.0)
+                self.credit = self.credit + r.emitted * c1 - r.draft_seconds - r.verify_seconds if c1 else 0.0
         note = self.opening_note()
         if not self.costs.known:   # a probe's verdict waits for a plain step (another of two drafts drafts)
             return (r.probe and self.state is State.PROBING
@@ -355,11 +351,12 @@ class AdaptivePolicy:
 
     def _start_seeded(self, ended_paused: bool, last: object = None) -> None:
         """Start paused when an earlier generation's costs say drafting loses even read
-        optimistically, or it ended paused and they predict no gain; on costs that were each
-        one sample there (maybe a GPU's first decodes), only for a draft too dear to pay even
-        at the plain step's price per batch, all accepted. A new answer may read another text:
-        where the budget's gap between probes fits in the last answer (``last`` tokens), the
-        first probe comes at once, where it tells the most (the gaps stay within the budget)."""
+        optimistically, or it ended paused and they predict no gain; on costs each one sample
+        there (maybe a GPU's first decodes), only for a draft too dear to pay at the plain
+        step's price per batch, all accepted. A new answer may read another text: where the
+        budget's gap fits in the last answer (``last`` tokens) the first probe comes at once,
+        where it tells the most, and the next ones while a credit of ``early_share`` of that
+        answer's budget, times the share of a step drafting could save at best, covers them."""
         if not self.costs.known:
             return
         self.state = State.DRAFTING
@@ -371,6 +368,9 @@ class AdaptivePolicy:
                 and (ended_paused or self.bounds()[1] < 1.0)):
             self.k = k_best
             self._pause("from the last run", early=last if self.p.early_probe and isinstance(last, int) else 0)
+            if isinstance(last, int):   # (the credit's share of a step: what all accepted would save)
+                self.credit = self.p.early_share * self.budget * last * self._probe_seconds(self.probe_len)[1] * max(
+                    1.0 - 1.0 / max(self.bounds()[2], 1.0), 0.0)
 
     def _draft_alone_loses(self) -> bool:
         """Whether drafting loses with every verify batch at the plain step's cost and every

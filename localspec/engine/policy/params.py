@@ -66,6 +66,7 @@ class Params:
     seeded_pause: bool = True       # start paused when what an earlier answer learned says drafting loses
     lone_guard: bool = True         # ... unless the costs that says it on were each one sample
     early_probe: bool = True        # ... and probes at once where the probe budget's gap fits in the last answer
+    early_share: float = 0.25       # ... the next too on this share of its budget x what a step may save [fraction]
     carried_trial: bool = True      # carried acceptance a position's verdicts refute (odds of z) is dropped;
                                     # all of it on a probe's resume where this text's counts read it easier
     build_min: float = 0.5          # a batch size's first decode in a generation costing this share of its
