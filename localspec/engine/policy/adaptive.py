@@ -368,9 +368,9 @@ class AdaptivePolicy:
                 and (ended_paused or self.bounds()[1] < 1.0)):
             self.k = k_best
             self._pause("from the last run", early=last if self.p.early_probe and isinstance(last, int) else 0)
-            if isinstance(last, int):   # (the credit's share of a step: what all accepted would save)
-                self.credit = self.p.early_share * self.budget * last * self._probe_seconds(self.probe_len)[1] * max(
-                    1.0 - 1.0 / max(self.bounds()[2], 1.0), 0.0)
+            if isinstance(last, int):   # (of a plain round's time: the share all accepted would save)
+                saves = max(1.0 - 1.0 / max(self.bounds()[2], 1.0), 0.0)
+                self.credit = self.p.early_share * self.budget * last * self.curve()[0][1] * saves
 
     def _draft_alone_loses(self) -> bool:
         """Whether drafting loses with every verify batch at the plain step's cost and every
