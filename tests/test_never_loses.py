@@ -466,6 +466,27 @@ def test_the_draft_reads_the_prompt_alongside_the_target(tiny_target, tiny_draft
             assert e.draft_ctx.tokens[:len(toks) - 1] == toks[:-1]
 
 
+def test_a_catch_up_of_known_length_is_waited_for_when_no_plain_step_is_measured(tiny_target, tiny_draft):
+    """A fixed K measures no plain step: the budget is infinite, and a catch-up alongside whose
+    length is known is waited for to its end. The wait's timeout was the budget itself, which
+    a lock cannot take (OverflowError, seen once in a full run when a read was still going)."""
+    import math
+    import threading
+
+    from localspec.engine import DrafterKind, Engine, EngineConfig
+
+    with Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=512, threads=1,
+                             remember=False, read_alongside=True)) as e:
+        drafter = e.drafter(DrafterKind.MODEL)
+        toks = e.tokenize("The quick brown fox jumps over the lazy dog.")
+        read = drafter._reader = threading.Thread(target=time.sleep, args=(0.2,), daemon=True)
+        read.start()
+        drafter._done_at = time.perf_counter() + 0.05     # a read of known length, nearly done
+        assert not drafter.busy_beyond(math.inf)
+        drafter._defer(toks, math.inf)    # (then, the cache behind, a catch-up of its own starts)
+        assert not read.is_alive()
+
+
 def test_a_failed_read_alongside_is_a_clear_error_and_the_engine_goes_on(tiny_target, tiny_draft, monkeypatch):
     from localspec.engine import Engine, EngineConfig, RunSpec
     from localspec.errors import LocalspecError

@@ -363,8 +363,8 @@ class ModelDrafter:
             # Nearly done: waiting costs less than leaving the round, but only up to the
             # budget (a catch-up beside a busy target runs slower than its measured rate).
             reader = self._reader
-            if reader is not None:
-                reader.join(budget)
+            if reader is not None:   # (an infinite budget: join's timeout overflows, so none)
+                reader.join(budget if budget < math.inf else None)
                 if reader.is_alive():
                     return True
             self.settle()
