@@ -337,6 +337,7 @@ ABLATIONS = {
     "... first probe at once": {"early_probe": False},
     "... the next at once on a share of the last answer's budget": {"early_share": 0.0},
     "carried acceptance on trial": {"carried_trial": False},
+    "a plain step's lone fresh sample averaged with its carried cost": {"carried_blend": False},
     "a batch size's first decode priced as a one-off": {"build_min": 1e9},
 }
 

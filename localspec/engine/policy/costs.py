@@ -20,20 +20,22 @@ class Samples:
     ``prior`` (an earlier generation's value) stands in until a sample arrives.
 
     Attributes:
-        n: samples ever added; n_kept: how many the mean is over (see :meth:`add`).
-        rel_se: the mean's relative standard error; 0.5 (little is known) below two kept.
+        n: samples ever added; n_used: how many the mean reads (see :meth:`add`), n_kept: of
+            them, how many it averages (the outer quarters left out).
+        rel_sd: one sample's relative error, as the mean reads them; rel_se: the mean's
+            (0.5, little is known, below two kept).
     """
 
-    __slots__ = ("xs", "n", "prior", "_sorted", "mean", "n_kept", "_kept", "_rel_se")
+    __slots__ = ("xs", "n", "prior", "_sorted", "mean", "n_used", "n_kept", "_kept", "_rel_sd")
 
     def __init__(self, window: int, prior: float | None = None):
         self.xs: deque[float] = deque(maxlen=window)
-        self.n = self.n_kept = 0
+        self.n = self.n_used = self.n_kept = 0
         self.prior = prior
         self._sorted: list[float] = []
         self.mean: float | None = None
         self._kept: list[float] = []
-        self._rel_se: float | None = 0.5
+        self._rel_sd: float | None = 0.0
 
     def add(self, x: float) -> None:
         """One sample. The mean leaves out the very first (maybe a graph being built) while it
@@ -50,19 +52,27 @@ class Samples:
             del xs[bisect_left(xs, self.xs[0])]
         q = len(xs) // 4
         kept = self._kept = xs[q:len(xs) - q] if q else xs
-        self.n_kept = len(kept)
+        self.n_used, self.n_kept = len(xs), len(kept)
         self.mean = sum(kept) / self.n_kept
-        self._rel_se = None
+        self._rel_sd = None
+
+    @property
+    def rel_sd(self) -> float:
+        """From the winsorized samples (the outer quarters at the kept ones' ends): the kept
+        ones' own spread reads the middle half's, about a third of the noise."""
+        if self._rel_sd is None:     # (``_kept`` is as the last add left it: nothing else changes it)
+            kept, n, m, u = self._kept, self.n_kept, self.mean, self.n_used
+            self._rel_sd = 0.0
+            if n >= 2 and m > 0:
+                q = (u - n) // 2
+                w = [kept[0]] * q + kept + [kept[-1]] * q
+                wm = sum(w) / u
+                self._rel_sd = math.sqrt(sum([(v - wm) ** 2 for v in w]) / (u - 1)) * u / n / m
+        return self._rel_sd
 
     @property
     def rel_se(self) -> float:
-        if self._rel_se is None:     # (``_kept`` is as the last add left it: nothing else changes it)
-            kept, n, m = self._kept, self.n_kept, self.mean
-            self._rel_se = 0.5
-            if n >= 2:
-                var = sum([(v - m) ** 2 for v in kept]) / (n - 1)
-                self._rel_se = math.sqrt(var / n) / m if m > 0 else 0.0
-        return self._rel_se
+        return self.rel_sd / math.sqrt(self.n_used) if self.n_kept >= 2 else 0.5
 
     @property
     def value(self) -> float | None:
@@ -145,6 +155,7 @@ class CostModel:
         self.build: tuple[deque, deque] = (deque(maxlen=params.window), deque(maxlen=params.window))
         self._tables: dict[float, list[float]] = {}
         self._noise: float | None = None
+        self._ratio: float | None = None           # (cache of _value's: the re-measured sizes' move)
 
     def add_verify(self, batch: int, seconds: float) -> None:
         """One target decode of ``batch`` tokens took ``seconds``."""
@@ -158,7 +169,7 @@ class CostModel:
             ratio = seconds / (s.value * self.level)
             self.level *= min(max(ratio, 0.5), 2.0) ** self.p.level_rate
         s.add(seconds / self.level)
-        self._tables, self._noise = {}, None
+        self._tables, self._noise, self._ratio = {}, None, None
 
     def add_draft(self, steps: int, seconds: float, first_seconds: float, first_tokens: int) -> None:
         """A round's draft: ``steps`` decodes in ``seconds``, the first of ``first_tokens``."""
@@ -220,12 +231,22 @@ class CostModel:
         return s is not None and s.n > 0
 
     def _value(self, s: Samples, draft: bool = False) -> float | None:
-        """A cost: a lone first sample of this generation less the measured first-decode extra."""
+        """A cost: a lone first sample of this generation less the measured first-decode extra.
+        The plain step, every prediction's reference, read from one sample so far is averaged
+        with its carried cost moved as the sizes measured again moved: one sample three errors
+        off would turn a decision alone."""
         v = s.value
-        if s.n != 1 or v is None:
+        if s.n_used != 1 or v is None:
             return v
-        extra = self._extra(self.build[1]) if draft else self._extra(self.build[0])
-        return max(v - extra, 0.25 * v) if extra else v
+        if s.n == 1:
+            extra = self._extra(self.build[1]) if draft else self._extra(self.build[0])
+            v = max(v - extra, 0.25 * v) if extra else v
+        if s.prior and not draft and self.p.carried_blend and s is self.verify.get(1):
+            if self._ratio is None:
+                r = sorted(u.mean / u.prior for u in self.verify.values() if u.n_used >= 2 and u.prior)
+                self._ratio = math.sqrt(r[(len(r) - 1) // 2] * r[len(r) // 2]) if r else 0.0
+            v = (v + s.prior * self._ratio) / 2 if self._ratio else v
+        return v
 
     @property
     def known(self) -> bool:
@@ -249,7 +270,7 @@ class CostModel:
     def error(self, s: Samples | None) -> float:
         """A cost's relative standard error: its own samples', never below the machine's
         noise over as many samples (a few samples can agree by chance)."""
-        n = 0 if s is None else s.n_kept
+        n = 0 if s is None else s.n_used
         return self.noise() / math.sqrt(max(n, 1)) if n < 3 else max(s.rel_se, self.noise() / math.sqrt(n))
 
     def noise(self) -> float:
@@ -257,7 +278,7 @@ class CostModel:
         if self._noise is None:
             best = max(self.verify.values(), key=lambda s: len(s.xs), default=None)
             if best is not None and best.n_kept >= 3:
-                self._noise = best.rel_se * math.sqrt(best.n_kept)
+                self._noise = best.rel_sd
             else:
                 self._noise = self.p.noise if self.noise_prior is None else self.noise_prior
         return self._noise
@@ -354,4 +375,4 @@ class CostModel:
         for own, v in zip((self.overhead[True], self.overhead[False], self.own), loop):
             if isinstance(v, (int, float)) and 0.0 <= v < 1.0:
                 own.prior = float(v)
-        self._tables = {}
+        self._tables, self._ratio = {}, None

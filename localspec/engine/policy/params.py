@@ -69,6 +69,7 @@ class Params:
     early_share: float = 0.25       # ... the next too on this share of its budget x what a step may save [fraction]
     carried_trial: bool = True      # carried acceptance a position's verdicts refute (odds of z) is dropped;
                                     # all of it on a probe's resume where this text's counts read it easier
+    carried_blend: bool = True      # the plain step's one fresh sample is averaged with its carried cost
     build_min: float = 0.5          # a batch size's first decode in a generation costing this share of its
                                     # later ones more is priced as a one-off (a GPU graph) [fraction]
     build_horizon: int = 128       # tokens a new batch size's first-decode extra must be repaid in [tokens]
