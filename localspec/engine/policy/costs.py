@@ -59,7 +59,7 @@ class Samples:
     @property
     def rel_sd(self) -> float:
         """From the winsorized samples (the outer quarters at the kept ones' ends): the kept
-        ones' own spread reads the middle half's, about a third of the noise."""
+        ones' own spread reads the middle half's, about 0.4 of the noise."""
         if self._rel_sd is None:     # (``_kept`` is as the last add left it: nothing else changes it)
             kept, n, m, u = self._kept, self.n_kept, self.mean, self.n_used
             self._rel_sd = 0.0
