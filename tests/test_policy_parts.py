@@ -107,6 +107,27 @@ def test_the_plain_step_s_one_fresh_sample_is_averaged_with_its_carried_cost(ble
         c.add_verify(5, 0.0154)
     c.add_verify(1, 0.0077)
     assert c.plain() == pytest.approx(expected)
+    assert c.table()[1] == pytest.approx(c.plain())      # the predictions read it too
+    c.add_verify(1, 0.0080)     # the first left out (maybe a graph build): still one read
+    assert c.table()[1] == pytest.approx(c.plain()) == pytest.approx((0.0080 + 0.011) / 2 if blend else 0.0080)
+
+
+def test_carried_costs_of_one_sample_do_not_move_the_plain_step_s_blend():
+    """A GPU's first decode of a size (a graph being built) carried as that size's cost, read
+    against its later decodes, says every cost moved down: the plain step blended with it
+    read far cheaper than its own sample and paused a pair that pays (a predicted 1.43x read
+    0.79x; gpu-1b-small-draft+h200-first-decodes+short-seed). Here a 0.51x move."""
+    earlier = CostModel(DEFAULT, 8)
+    for _ in range(6):
+        earlier.add_verify(1, 0.010)
+    earlier.add_verify(5, 0.030)          # its only decode there: maybe a graph build
+    c = CostModel(DEFAULT, 8)
+    c.seed(json.loads(json.dumps(earlier.to_dict())))
+    assert c.lone == {5}
+    for _ in range(6):
+        c.add_verify(5, 0.0154)
+    c.add_verify(1, 0.0077)
+    assert c.plain() == pytest.approx(0.0077) == pytest.approx(c.table()[1])
 
 
 def test_acceptance_decays_as_one_factor_exactly():

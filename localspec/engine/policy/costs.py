@@ -234,16 +234,18 @@ class CostModel:
         """A cost: a lone first sample of this generation less the measured first-decode extra.
         The plain step, every prediction's reference, read from one sample so far is averaged
         with its carried cost moved as the sizes measured again moved: one sample three errors
-        off would turn a decision alone."""
+        off would turn a decision alone. Carried costs of one sample (maybe a GPU building its
+        graph) take no part."""
         v = s.value
         if s.n_used != 1 or v is None:
             return v
         if s.n == 1:
             extra = self._extra(self.build[1]) if draft else self._extra(self.build[0])
             v = max(v - extra, 0.25 * v) if extra else v
-        if s.prior and not draft and self.p.carried_blend and s is self.verify.get(1):
-            if self._ratio is None:
-                r = sorted(u.mean / u.prior for u in self.verify.values() if u.n_used >= 2 and u.prior)
+        if s.prior and not draft and self.p.carried_blend and s is self.verify.get(1) and 1 not in self.lone:
+            if self._ratio is None:   # (not from carried costs of one sample: maybe a graph being built)
+                r = sorted(u.mean / u.prior for b, u in self.verify.items()
+                           if u.n_used >= 2 and u.prior and b not in self.lone)
                 self._ratio = math.sqrt(r[(len(r) - 1) // 2] * r[len(r) // 2]) if r else 0.0
             v = (v + s.prior * self._ratio) / 2 if self._ratio else v
         return v
@@ -294,7 +296,7 @@ class CostModel:
                 v = s.prior if s.mean is None else s.mean
                 if v is None:
                     continue
-                t = (self._value(s) if s.n == 1 else v) * (level if s.n or not s.prior else self._moved(s))
+                t = (self._value(s) if s.n_used == 1 else v) * (level if s.n or not s.prior else self._moved(s))
                 pts.append((b, t * self._end(s, z, b > 1) if z else t, s.n_kept or 1))
             pts.sort()
             fit = monotone(pts) if self.p.monotone else [(b, t) for b, t, _ in pts]
