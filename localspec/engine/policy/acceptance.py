@@ -104,14 +104,14 @@ class AcceptanceModel:
     def _try_carried(self, k: int, drafted: int, accepted: int, probe: bool) -> list[int]:
         """Weigh each judged position's carried evidence by how likely this text's verdicts
         there are with it (its counts and this text's, pooled) and without it (this text's
-        alone), each count read with a uniform prior: once the odds reach 1/beyond(z) the
+        alone), each count read with a uniform prior: once the odds reach 1/beyond(trial_z) the
         evidence read another text and is dropped (:meth:`_adopt`; a few tokens' worth would
         hold the estimate for tens of rounds); once they reach the inverse, it stands.
 
         Returns:
             The positions whose carried evidence this round refuted (call before the update).
         """
-        fresh, sc, fs, bar = self.fresh, self.scale, self.fresh.scale, beyond(self.p.z)
+        fresh, sc, fs, bar = self.fresh, self.scale, self.fresh.scale, beyond(self.p.trial_z)
         refuted = []
         for i in range(1, min(accepted + 1, drafted, len(self.odds) - 1) + 1):
             if self.odds[i] > 0.0:

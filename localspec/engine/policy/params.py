@@ -67,8 +67,10 @@ class Params:
     lone_guard: bool = True         # ... unless the costs that says it on were each one sample
     early_probe: bool = True        # ... and probes at once where the probe budget's gap fits in the last answer
     early_share: float = 0.25       # ... the next too on this share of its budget x what a step may save [fraction]
-    carried_trial: bool = True      # carried acceptance a position's verdicts refute (odds of z) is dropped;
+    carried_trial: bool = True      # carried acceptance a position's verdicts refute (odds of trial_z) is dropped;
                                     # all of it on a probe's resume where this text's counts read it easier
+    trial_z: float = 1.0            # ... those odds, 1/(1 - Phi(trial_z)) (~6): lower than a pause's, as a
+                                    # wrong drop costs only the carried evidence [standard deviations]
     carried_blend: bool = True      # the plain step's one fresh sample is averaged with its carried cost
     build_min: float = 0.5          # a batch size's first decode in a generation costing this share of its
                                     # later ones more is priced as a one-off (a GPU graph) [fraction]
