@@ -79,6 +79,12 @@ class Samples:
         return self.prior if self.mean is None else self.mean
 
 
+def middle(ratios: list[float], empty: float) -> float:
+    """The median of positive ratios (the geometric mean of the middle two), ``empty`` without any."""
+    r, m = sorted(ratios), len(ratios)
+    return math.sqrt(r[(m - 1) // 2] * r[m // 2]) if m else empty
+
+
 def monotone(points: list[tuple[int, float, float]]) -> list[tuple[int, float]]:
     """The weighted least-squares fit of (size, seconds, weight) points that never falls with
     the size (pooling adjacent violators): noise must not make a larger batch look cheaper,
@@ -244,9 +250,8 @@ class CostModel:
             v = max(v - extra, 0.25 * v) if extra else v
         if s.prior and not draft and self.p.carried_blend and s is self.verify.get(1) and 1 not in self.lone:
             if self._ratio is None:   # (not from carried costs of one sample: maybe a graph being built)
-                r = sorted(u.mean / u.prior for b, u in self.verify.items()
-                           if u.n_used >= 2 and u.prior and b not in self.lone)
-                self._ratio = math.sqrt(r[(len(r) - 1) // 2] * r[len(r) // 2]) if r else 0.0
+                self._ratio = middle([u.mean / u.prior for b, u in self.verify.items()
+                                      if u.n_used >= 2 and u.prior and b not in self.lone], 0.0)
             v = (v + s.prior * self._ratio) / 2 if self._ratio else v
         return v
 
@@ -265,9 +270,7 @@ class CostModel:
         since, how far the sizes measured again have moved from theirs (their median)."""
         if s.n or not s.prior:
             return self.level
-        moved = sorted(self._value(v) / v.prior for v in self.verify.values() if v.n and v.prior)
-        m = len(moved)
-        return self.level * (math.sqrt(moved[(m - 1) // 2] * moved[m // 2]) if m else 1.0)
+        return self.level * middle([self._value(v) / v.prior for v in self.verify.values() if v.n and v.prior], 1.0)
 
     def error(self, s: Samples | None) -> float:
         """A cost's relative standard error: its own samples', never below the machine's
