@@ -135,7 +135,7 @@ def test_carried_acceptance_another_text_refutes_is_dropped_within_a_short_answe
     """A new answer may read another text: carried acceptance of 0.5 against twelve rounds of
     this one's first tokens all accepted. Dropping carried evidence on odds of ~6 (``trial_z``
     1, not a pause's 1.645: a wrong drop costs only that evidence) reads the text's own rate
-    before a short answer ends (random draws: 72 -> 69 of 600 below 0.97, shipped unchanged)."""
+    before a short answer ends."""
     p = replace(DEFAULT, trial_z=trial_z)
     earlier = AcceptanceModel(p, 8)
     for i in range(40):

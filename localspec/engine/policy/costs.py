@@ -294,12 +294,15 @@ class CostModel:
         errors dearer (both favour drafting)."""
         out = self._tables.get(z)
         if out is None:
-            level, pts = self.level, []
+            level, pts, moved = self.level, [], None
             for b, s in self.verify.items():     # (_value and _moved, inlined: every round reads this)
                 v = s.prior if s.mean is None else s.mean
                 if v is None:
                     continue
-                t = (self._value(s) if s.n_used == 1 else v) * (level if s.n or not s.prior else self._moved(s))
+                carried = not s.n and bool(s.prior)     # (not measured since: moved, the same for all)
+                if carried and moved is None:
+                    moved = self._moved(s)
+                t = (self._value(s) if s.n_used == 1 else v) * (moved if carried else level)
                 pts.append((b, t * self._end(s, z, b > 1) if z else t, s.n_kept or 1))
             pts.sort()
             fit = monotone(pts) if self.p.monotone else [(b, t) for b, t, _ in pts]
