@@ -451,6 +451,31 @@ def test_random_scenarios_are_seeded_valid_and_varied():
         sim.random_scenarios(0)
 
 
+def test_the_informed_setting_is_the_fixed_one_the_scenario_s_facts_predict_fastest():
+    """Told the costs and acceptance: on a flat 20 ms step with a 1 ms draft and every token
+    accepted the longest draft (K=8: 9 tokens in 28.4 ms); where a verify of b tokens costs b
+    steps the target alone; across a change of acceptance the setting that serves the whole
+    answer (K=8 where the first eighth rejects every draft and the rest accepts all; the
+    target alone where 15 sixteenths reject); a lookup that matches one round in ten, a
+    verify costing a step a token, pays nothing. The evaluation reads it on the draws
+    beside the best fixed."""
+    def told(**kw):
+        d = {"name": "x", "target_ms": [20.0 + 0.3 * i for i in range(9)], "draft_ms": 1.0,
+             "accept": [1.0], "tokens": 256} | kw
+        return sim.informed(sim.Scenario.from_dict(d))
+    assert told() == "K=8"
+    assert told(target_ms=[2.0 * b for b in range(1, 10)], draft_ms=0.2, accept=[0.9]) == "target"
+    assert told(accept=[0.0], then={"at": 32, "accept": [1.0]}) == "K=8"
+    assert told(accept=[0.0], then={"at": 240, "accept": [1.0]}) == "target"
+    assert told(draft_ms=0.0, match=0.1, accept=[0.5], target_ms=[1.0 * b for b in range(1, 10)]) == "target"
+    s = sim.Scenario.from_dict({"name": "y", "target_ms": [20.0 + 0.3 * i for i in range(9)], "draft_ms": 1.0,
+                                "accept": [0.8], "tokens": 64})
+    out = sim.evaluate(s, 1)
+    assert out["informed"]["setting"] == sim.informed(s)
+    told_tps = out["settings"][out["informed"]["setting"]]
+    assert out["informed"]["over_best"] == pytest.approx(told_tps / out["best"]["tps"], abs=1e-3)
+
+
 def test_the_default_holds_its_place_in_the_shipped_noiseless_scenarios():
     """The goal (default / best fixed >= 0.97, median >= 0.99) is measured by the script with
     several seeds; here the noiseless scenarios with two seeds, deterministically (the least,
