@@ -627,6 +627,11 @@ def test_the_script_prints_the_contracted_json(tmp_path):
     row = out["scenarios"][0]
     assert {"name", "default_tps", "best", "default_over_best"} <= set(row)
     assert set(row["best"]) == {"setting", "tps"} and row["default_over_best"] > 0
+    assert set(row["informed"]) == {"setting", "over_best"} and out["informed_below_0_97"] == 0
+    table = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate_policy.py"), "--scenarios", str(f),
+                            "--table"], capture_output=True, text=True, cwd=ROOT).stdout.splitlines()
+    assert table[0].endswith("| informed | informed / best |") and table[2].startswith("| gpu |")
+    assert table[2].count("|") == table[0].count("|") == 8
     bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "simulate_policy.py"), "--scenarios",
                           str(tmp_path / "missing.json")], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
