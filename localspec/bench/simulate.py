@@ -211,7 +211,8 @@ def simulate(s: Scenario, setting: str, seed: int, params: Params | None = None,
 
 def evaluate(s: Scenario, seeds: int = 1, params: Params | None = None, cold: bool = False) -> dict:
     """Every setting on ``seeds`` seeded answers: tokens per second over all of them, and the
-    default's place against the best fixed setting (the target alone among them).
+    default's place against the best fixed setting (the target alone among them), as the
+    :func:`informed` one's.
 
     Args:
         seeds: answers per setting, more for answers under ``MIN_TOKENS`` (the same total).
@@ -251,7 +252,7 @@ def informed(s: Scenario) -> str:
 
     def seconds(k: int) -> float:
         total = first(1) if not k or s.match < 1.0 else 0.0
-        total += first(k + 1) + first(0) if k else 0.0
+        total += (first(k + 1) + first(0)) if k else 0.0
         for n, mid, acc in stretches:
             if not k:
                 total += n * (s.target(1, mid) + s.loop_ms[1] / 1000.0)
