@@ -35,7 +35,7 @@ import statistics
 from dataclasses import dataclass, fields, replace
 
 from ..engine.events import Step
-from ..engine.policy import AdaptivePolicy, FixedPolicy, Params
+from ..engine.policy import AdaptivePolicy, FixedPolicy, Params, predict
 from ..errors import BadInput
 
 FIXED_KS = tuple(range(1, 9))
@@ -241,35 +241,31 @@ def evaluate(s: Scenario, seeds: int = 1, params: Params | None = None, cold: bo
 def informed(s: Scenario) -> str:
     """The fixed setting someone told the scenario's costs and acceptance would choose: the
     fewest expected seconds for the answer (each stretch of acceptance at its mid-point's
-    costs). Where it reads >= 0.97 of the best fixed and the default does not, the default
-    lost what learning those facts from rounds costs; below, the draws' luck."""
+    costs, its rounds priced by the policy's own :func:`predict.curve`). Where it reads >= 0.97
+    of the best fixed and the default does not, the default lost what learning those facts
+    from rounds costs; below, the draws' luck."""
     at = s.then_at if s.then_at is not None and 0 < s.then_at < s.tokens else s.tokens
     stretches = [(at, at / 2, s.accept)] + ([(s.tokens - at, (at + s.tokens) / 2, s.then_accept)]
                                             if at < s.tokens else [])
+    top = FIXED_KS[-1]
+    cont = [1.0, s.match] + [1.0] * top        # a round drafts all K or, missing a match, none
+    lookup, draft = s.drafter == "ngram", s.draft_ms / 1000.0
+    # A lookup's one step is paid every round; a draft's decodes only by a round that drafts.
+    fixed, step = (draft if lookup else s.match * draft) + s.loop_ms[0] / 1000.0, 0.0 if lookup else draft
 
     def first(size: int) -> float:      # (as simulate's first_use: an answer's one-off)
         return s.first_ms[min(max(size, 1), len(s.first_ms)) - 1] / 1000.0 if s.first_ms else 0.0
 
-    def seconds(k: int) -> float:
-        total = first(1) if not k or s.match < 1.0 else 0.0
-        total += (first(k + 1) + first(0)) if k else 0.0
-        for n, mid, acc in stretches:
-            if not k:
-                total += n * (s.target(1, mid) + s.loop_ms[1] / 1000.0)
-                continue
-            tokens, q = 1.0, 1.0
-            for i in range(1, k + 1):
-                q *= acc[min(i, len(acc)) - 1]
-                tokens += s.match * q
-            drafts = 1 if s.drafter == "ngram" else k
-            miss = s.target(1, mid) + (s.draft_ms / 1000.0 if s.drafter == "ngram" else 0.0)
-            round_s = (s.match * (s.target(k + 1, mid) + drafts * s.draft_ms / 1000.0) + (1.0 - s.match) * miss
-                       + s.loop_ms[0] / 1000.0)
-            total += n * round_s / tokens
-        return total
-
-    return min(["target"] + [f"K={k}" for k in FIXED_KS],
-               key=lambda name: seconds(0 if name == "target" else int(name[2:])))
+    seconds = {k: (first(1) if not k or s.match < 1.0 else 0.0) + ((first(k + 1) + first(0)) if k else 0.0)
+               for k in (0,) + FIXED_KS}
+    for n, mid, acc in stretches:
+        table = [0.0] + [s.target(b, mid) for b in range(1, top + 2)]
+        acc = [0.0] + [acc[min(i, len(acc)) - 1] for i in range(1, top + 1)]
+        for k, (tokens, secs) in predict.curve(table, list(FIXED_KS), cont, acc, fixed, step,
+                                               s.loop_ms[1] / 1000.0).items():
+            seconds[k] += n * secs / tokens
+    k = min(seconds, key=seconds.get)
+    return f"K={k}" if k else "target"
 
 
 def scenario_items(path: str) -> list:
