@@ -81,8 +81,8 @@ def worker(host: str, port: int, devices: tuple[str, ...], threads: int | None, 
     from ..engine.backend import default_threads
 
     rpc.require()
+    chosen = pick_devices(devices)     # (a wrong name first: the port's state is the machine's, not the command's)
     _check_bind(host, port)
-    chosen = pick_devices(devices)
     if cache_dir:
         try:
             os.makedirs(cache_dir, exist_ok=True)
