@@ -192,7 +192,7 @@ def test_cache_prompt_and_id_slot(tiny):
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "prompt": "x"}, 400, "prompt",
      "it takes messages"),
     ("/v1/completions", {"prompt": "hi", "messages": []}, 400, "messages", "it takes prompt"),
-    ("/v1/completions", {"prompt": "hi", "repeat_penalty": 1.1}, 400, "repeat_penalty", "only its off value"),
+    ("/v1/completions", {"prompt": "hi", "typical_p": 0.9}, 400, "typical_p", "only its off value"),
     ("/v1/completions", {"prompt": "hi", "mirostat": 2}, 400, "mirostat", "not supported"),
     ("/v1/completions", {"prompt": "hi", "ignore_eos": True}, 400, "ignore_eos", "not supported"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "reasoning_format": "deepseek"}, 400,

@@ -11,6 +11,7 @@ llama.cpp's own flags are aliases where they mean the same thing (``-c``/``--ctx
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,9 @@ _SAMPLING = SamplingConfig()
 FLAGS = {"temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p", "seed": "--seed",
          "draft_temperature": "--draft-temp", "draft_max": "--draft-max", "draft_min": "--draft-min",
          "p_min": "--p-min", "max_tokens": "--max-tokens", "stop": "--stop", "drafter": "--drafter",
-         "cascade": "--cascade"}
+         "cascade": "--cascade", "repeat_penalty": "--repeat-penalty", "repeat_last_n": "--repeat-last-n",
+         "presence_penalty": "--presence-penalty", "frequency_penalty": "--frequency-penalty",
+         "logit_bias": "--logit-bias"}
 
 
 def resolve_model(arg: str, what: str) -> str:
@@ -175,6 +178,17 @@ def sampling_options(default_temp: float = _SAMPLING.temperature):
         click.option("--top-p", type=float, default=_SAMPLING.top_p, show_default=True, help="Top-p (nucleus)."),
         click.option("--min-p", type=float, default=_SAMPLING.min_p, show_default=True, help="Min-p."),
         click.option("-s", "--seed", type=int, default=None, help="Random seed (sampling)."),
+        click.option("--repeat-penalty", type=float, default=_SAMPLING.repeat_penalty, show_default=True,
+                     help="Divide the logits of recent tokens by this (1 turns it off)."),
+        click.option("--repeat-last-n", type=int, default=_SAMPLING.repeat_last_n, show_default=True,
+                     help="How many last tokens the penalties look at (-1: all, 0: penalties off)."),
+        click.option("--presence-penalty", type=float, default=_SAMPLING.presence_penalty, show_default=True,
+                     help="Lower the logit of every recent token by this."),
+        click.option("--frequency-penalty", type=float, default=_SAMPLING.frequency_penalty, show_default=True,
+                     help="Lower a recent token's logit by this per occurrence."),
+        click.option("--logit-bias", "logit_bias", multiple=True, metavar="ID(+/-)BIAS",
+                     help="Add BIAS to token ID's logit, as llama.cpp's: 15043+1, 15043-1, 15043-inf "
+                          "(never). Repeatable."),
         click.option("--draft-temp", type=float, default=None,
                      help="Draft temperature (default: same as --temp); stays lossless."),
         click.option("--draft-max", type=int, default=_SPEC.draft_max, show_default=True,
@@ -290,6 +304,24 @@ def validated(spec: RunSpec) -> RunSpec:
         raise BadInput(exc.named(FLAGS.get(exc.field, exc.field))) from None
 
 
+_BIAS = re.compile(r"(\d+)([+-])(inf|\d+(?:\.\d*)?|\.\d+)")
+
+
+def logit_bias(values: tuple[str, ...]) -> tuple[tuple[int, float], ...]:
+    """``--logit-bias`` values (llama.cpp's ``ID+BIAS`` / ``ID-BIAS`` / ``ID-inf``) as pairs.
+
+    Raises:
+        BadInput: a value not of that form.
+    """
+    out = []
+    for v in values:
+        m = _BIAS.fullmatch(v.strip())
+        if m is None:
+            raise BadInput(f"--logit-bias {v}: give TOKEN_ID+BIAS or TOKEN_ID-BIAS (e.g. 15043-1, 15043-inf)")
+        out.append((int(m[1]), float(m[2] + m[3])))
+    return tuple(out)
+
+
 def run_spec(opts: dict, drafter: DrafterKind, tuned: dict | None = None) -> RunSpec:
     """The RunSpec the flags describe; ``tuned`` (from `localspec tune`) fills in the drafting
     settings no flag gave. An explicit --draft-max means exactly that many every step."""
@@ -297,7 +329,10 @@ def run_spec(opts: dict, drafter: DrafterKind, tuned: dict | None = None) -> Run
                   p_min=opts["p_min"], adaptive=not (opts["fixed_k"] or explicit("draft_max")),
                   temperature=opts["temp"], top_k=opts["top_k"], top_p=opts["top_p"], min_p=opts["min_p"],
                   seed=opts["seed"], draft_temperature=opts["draft_temp"],
-                  max_tokens=opts["max_tokens"], stop=tuple(opts.get("stop") or ()))
+                  max_tokens=opts["max_tokens"], stop=tuple(opts.get("stop") or ()),
+                  repeat_penalty=opts["repeat_penalty"], repeat_last_n=opts["repeat_last_n"],
+                  presence_penalty=opts["presence_penalty"], frequency_penalty=opts["frequency_penalty"],
+                  logit_bias=logit_bias(opts.get("logit_bias") or ()))
     if tuned:
         values.update(tuned)
     if opts.get("cascade") is not None:

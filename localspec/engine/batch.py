@@ -37,6 +37,7 @@ from .backend import Context
 from .drafters import NgramDrafter, common_prefix, pick
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
 from .outputs import LogitRows, target_dist, token_logprobs
+from .penalties import check_vocabulary, penalized, penalized_last
 from .policy.batch import BatchGuard
 from .sampling import Dist, speculative_accept
 from .spec import DrafterKind, RunSpec
@@ -352,6 +353,7 @@ class BatchRunner:
             raise BadInput("no draft model is loaded: give one (-d DRAFT), or use n-gram or no drafting")
         if not prompt:
             raise BadInput("the prompt is empty")
+        check_vocabulary(spec.sampling, self.model.n_vocab)
         n_ctx = self.target.ctx.n_ctx
         if len(prompt) >= n_ctx:
             raise ContextOverflow(f"the prompt is {len(prompt)} tokens but the context holds {n_ctx}; "
@@ -404,8 +406,8 @@ class BatchRunner:
                 if g.spec.max_tokens == 0:     # the prompt only (a cache warm-up)
                     g.reason, emitted = StopReason.MAX_TOKENS, 0
                 else:
-                    first = (int(x[0].argmax()) if g.greedy
-                             else target_dist(LogitRows(x), 0, g.sampling, self.model).sample(g.rng))
+                    lr = penalized(LogitRows(x), g.tokens, [], g.sampling)
+                    first = lr.argmax(0) if g.greedy else target_dist(lr, 0, g.sampling, self.model).sample(g.rng)
                     emitted = g.emit([first], [Origin.TARGET], x)
                 step = Step(0, 0, 0, 0, emitted, 0.0, time.perf_counter() - t1, g.policy.drafting, verify_batch=0)
                 g.stats.step(step)
@@ -542,14 +544,14 @@ class BatchRunner:
         any_drafted = False
         for (g, k, asked, probe), (toks, dists, steps), x in zip(plan, drafts, rows):
             n = len(toks)
+            lr = penalized(LogitRows(x), g.tokens, toks, g.sampling)
             if g.greedy:
                 a = 0
-                nxt = int(x[0].argmax())
+                nxt = lr.argmax(0)
                 while a < n and nxt == toks[a]:
                     a += 1
-                    nxt = int(x[a].argmax())
+                    nxt = lr.argmax(a)
             else:
-                lr = LogitRows(x)
                 cache: dict[int, Dist] = {}
 
                 def p_at(i: int, lr=lr, cache=cache, cfg=g.sampling) -> Dist:
@@ -624,7 +626,8 @@ class BatchRunner:
             nxt_items, order = [], []
             for i, x in current.items():
                 toks, dists, k, g = state[i]
-                picked = pick(LogitRows(x[-1:]), g.dcfg, g.rng, g.policy.gate(), len(toks) + 1, self._limit)
+                picked = pick(penalized_last(LogitRows(x[-1:]), g.tokens, toks, g.dcfg), g.dcfg, g.rng,
+                              g.policy.gate(), len(toks) + 1, self._limit)
                 if picked is None:
                     continue
                 tok, dist, _ = picked

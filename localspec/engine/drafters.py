@@ -25,6 +25,7 @@ import numpy as np
 
 from .backend import DEVICE_ROWS_MAX, Context
 from .outputs import Rows, chain_for, draft_settings
+from .penalties import penalized_last
 from .sampling import Dist, SamplingConfig
 
 GREEDY = SamplingConfig(temperature=0.0)   # the settings of a layered draft's proposals
@@ -522,7 +523,8 @@ class ModelDrafter:
             self._settings = (cfg, draft_settings(cfg, self.ctx.device_sampling))
         cfg = self._settings[1]
         g = self.grammar.clone() if self.grammar is not None else None
-        self.ctx.sample_on_device(chain_for(cfg, confidence=gate is not None) if g is None else None)
+        full = g is not None or cfg.penalized
+        self.ctx.sample_on_device(None if full else chain_for(cfg, confidence=gate is not None))
         rows, synced = self._sync(context)
         t_sync = time.perf_counter() - t0
         steps = 1
@@ -531,7 +533,7 @@ class ModelDrafter:
         confidence: list[float] = []
         limit = self._limit   # never an id the target lacks
         for i in range(k):
-            picked = pick(rows, cfg, rng, gate, i + 1, limit, g)
+            picked = pick(penalized_last(rows, context, tokens, cfg), cfg, rng, gate, i + 1, limit, g)
             if picked is None:
                 break
             tok, dist, top = picked

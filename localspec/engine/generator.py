@@ -22,6 +22,7 @@ from .drafters import Draft, Drafter, ModelDrafter, NoDrafter, common_prefix
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
 from .grammar import Grammar
 from .outputs import chain_for, target_dist, token_logprobs
+from .penalties import check_vocabulary, penalized
 from .policy import Policy
 from .sampling import Dist, speculative_accept
 from .spec import RunSpec
@@ -68,6 +69,7 @@ class Generator:
         model = tgt.model
         if not prompt:
             raise BadInput("the prompt is empty")
+        check_vocabulary(sampling, model.n_vocab)
         if len(prompt) >= tgt.n_ctx:
             raise ContextOverflow(
                 f"the prompt is {len(prompt)} tokens but the context holds {tgt.n_ctx}; "
@@ -97,7 +99,7 @@ class Generator:
                 part.grammar = grammar
         # Log-probabilities too: the target's full rows, never a device sampler's choice alone.
         n_lp = spec.logprobs
-        full = grammar is not None or n_lp is not None
+        full = grammar is not None or n_lp is not None or sampling.penalized   # (a bias, penalties: per row)
         tgt.sample_on_device(None if full else chain_for(sampling, confidence=False))
         rollback_before = _rollback_snapshot(tgt, drafter)
         alongside = self.read_alongside and (sampling.greedy or sampling.seed is None)
@@ -121,11 +123,12 @@ class Generator:
         step_index = 0
         if self.first_from_prompt and out.reason is None:
             t0 = time.perf_counter()
+            chosen_from = penalized(first_rows, prompt, [], sampling)
             if grammar is not None:
-                first = grammar.verify(first_rows, [], None, sampling, n_vocab, rng)[1]
+                first = grammar.verify(chosen_from, [], None, sampling, n_vocab, rng)[1]
             else:
-                first = (first_rows.argmax(0) if sampling.greedy
-                         else target_dist(first_rows, 0, sampling, model).sample(rng))
+                first = (chosen_from.argmax(0) if sampling.greedy
+                         else target_dist(chosen_from, 0, sampling, model).sample(rng))
             t_first = time.perf_counter() - t0
             lps = None if n_lp is None else [token_logprobs(first_rows.x[0], first, n_lp)]
             emitted = yield from out.emit([first], [Origin.TARGET], lps)
@@ -197,18 +200,19 @@ class Generator:
             if n and (tgt.rollback is Rollback.CHECKPOINT or (tgt.rollback is Rollback.RS and n > tgt.rs_depth)):
                 tgt.mark()
             rows = tgt.decode_rows(pending + drafts, n + 1)
+            judged = penalized(rows, tokens, drafts, sampling)   # (rows itself without a bias or penalty)
             if grammar is not None:
-                a, nxt = grammar.verify(rows, drafts, d.dists, sampling, n_vocab, rng)
+                a, nxt = grammar.verify(judged, drafts, d.dists, sampling, n_vocab, rng)
             elif sampling.greedy:
                 a = 0
-                nxt = rows.argmax(0)        # each row's argmax once, and only up to the first miss
+                nxt = judged.argmax(0)        # each row's argmax once, and only up to the first miss
                 while a < n and nxt == drafts[a]:
                     a += 1
-                    nxt = rows.argmax(a)
+                    nxt = judged.argmax(a)
             else:
                 cache: dict[int, Dist] = {}
 
-                def p_at(i: int, rows=rows, cache=cache) -> Dist:
+                def p_at(i: int, rows=judged, cache=cache) -> Dist:
                     if i not in cache:
                         cache[i] = target_dist(rows, i, sampling, model)
                     return cache[i]

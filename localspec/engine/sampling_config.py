@@ -4,6 +4,7 @@ command line, RunSpec) does not load numpy."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 
@@ -19,10 +20,33 @@ class SamplingConfig:
     seed: int | None = None
     draft_temperature: float | None = None  # None: same as temperature
     infill: bool = False    # llama.cpp's infill sampler last (code completion; the target's draws only)
+    # llama.cpp's logit bias and penalties samplers, first in its chain (the target's choices
+    # only; see engine/penalties.py): (token id, bias) pairs, -inf forbids a token; the last
+    # repeat_last_n tokens of prompt and answer (-1: all, 0: off) have their logits divided
+    # (negative: multiplied) by repeat_penalty, then lowered by frequency_penalty per
+    # occurrence and presence_penalty once.
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+
+    def __post_init__(self):
+        # Pairs from a dict or lists too (JSON); a bias of false is -inf, as llama-server has it.
+        bias = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias or ()
+        pairs = (tuple(p) if isinstance(p, (list, tuple)) else p for p in bias)
+        object.__setattr__(self, "logit_bias", tuple(
+            (p[0], -math.inf) if isinstance(p, tuple) and len(p) == 2 and p[1] is False else p for p in pairs))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalized(self) -> bool:
+        """Whether a logit bias or a penalty changes the target's rows (they are then read whole)."""
+        return bool(self.logit_bias) or (self.repeat_last_n != 0 and (
+            self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0))
 
     def for_draft(self) -> SamplingConfig:
         """The settings the draft samples with (its own temperature, if one is set)."""
@@ -33,4 +57,7 @@ class SamplingConfig:
     def to_dict(self) -> dict:
         return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
                 "min_p": self.min_p, "seed": self.seed,
-                "draft_temperature": self.draft_temperature, "infill": self.infill}
+                "draft_temperature": self.draft_temperature, "infill": self.infill,
+                "logit_bias": [[t, False if b == -math.inf else b] for t, b in self.logit_bias],
+                "repeat_penalty": self.repeat_penalty, "repeat_last_n": self.repeat_last_n,
+                "frequency_penalty": self.frequency_penalty, "presence_penalty": self.presence_penalty}

@@ -146,6 +146,9 @@ class RunSpec:
             raise SpecError("infill", "needs top_k on (it judges the top-k candidates, as llama.cpp's does)")
         if s.infill and self.grammar is not None:
             raise SpecError("infill", "cannot come with a grammar")
+        _penalties(s)
+        if s.penalized and self.cascade is not None:
+            raise SpecError("cascade", "cannot come with a logit bias or penalties (its answer may be the draft's)")
         return self
 
     @classmethod
@@ -168,6 +171,8 @@ class RunSpec:
             k = f"adaptive K {self.draft_min}-{self.draft_max}" if self.adaptive else f"fixed K {self.draft_max}"
             drafting = f"{self.drafter.label}, {k}"
         temp = "greedy" if self.sampling.greedy else f"temp {self.sampling.temperature:g}"
+        if self.sampling.penalized:
+            temp += " · logit bias/penalties"
         cascade = f" · cascade at {self.cascade:g} (answers may be the draft's)" if self.cascade is not None else ""
         return f"{drafting} · {temp} · max {self.max_tokens} tokens{cascade}"
 
@@ -175,6 +180,7 @@ class RunSpec:
         out = asdict(self)
         out["drafter"] = self.drafter.value
         out["stop"] = list(self.stop)
+        out["sampling"] = self.sampling.to_dict()
         return out
 
 
@@ -183,6 +189,22 @@ _SAMPLING_FIELDS = {f.name for f in fields(SamplingConfig)}
 
 def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _penalties(s: SamplingConfig) -> None:
+    """llama.cpp's ranges for its logit bias and penalties samplers."""
+    if not (_finite(s.repeat_penalty) and s.repeat_penalty > 0):
+        raise SpecError("repeat_penalty", f"must be > 0 (1 turns it off; got {s.repeat_penalty!r})")
+    _int_at_least("repeat_last_n", s.repeat_last_n, -1, " (-1: the whole context, 0: off)")
+    for name in ("frequency_penalty", "presence_penalty"):
+        if not _finite(getattr(s, name)):
+            raise SpecError(name, f"must be a number (got {getattr(s, name)!r})")
+    for pair in s.logit_bias:
+        ok = isinstance(pair, tuple) and len(pair) == 2
+        if not (ok and isinstance(pair[0], int) and not isinstance(pair[0], bool) and pair[0] >= 0
+                and isinstance(pair[1], (int, float)) and not isinstance(pair[1], bool)
+                and (_finite(pair[1]) or pair[1] == -math.inf)):
+            raise SpecError("logit_bias", f"takes (token id, bias) pairs, a bias a number or -inf (got {pair!r})")
 
 
 def _int_at_least(name: str, value, low: int, hint: str = "") -> None:

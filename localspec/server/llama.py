@@ -8,6 +8,8 @@ it is added under a name of its own next to llama-server's (``speculative.drafte
 
 from __future__ import annotations
 
+import math
+
 from .. import __version__
 from ..engine import Done, Engine, RunSpec, StopReason
 from .errors import ApiError
@@ -44,10 +46,15 @@ def params(spec: RunSpec, n_predict: int) -> dict:
         "top_k": s.top_k,
         "top_p": s.top_p,
         "min_p": s.min_p,
+        "repeat_penalty": s.repeat_penalty,
+        "repeat_last_n": s.repeat_last_n,
+        "presence_penalty": s.presence_penalty,
+        "frequency_penalty": s.frequency_penalty,
+        "logit_bias": [[t, False if b == -math.inf else b] for t, b in s.logit_bias],
         "stop": list(spec.stop),
         "n_indent": spec.n_indent,
         "n_probs": spec.logprobs or 0,
-        "samplers": ["top_k", "top_p", "min_p", "temperature"],
+        "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
         "speculative.n_max": spec.draft_max if spec.speculative else 0,
         "speculative.n_min": spec.draft_min if spec.speculative else 0,
         "speculative.p_min": spec.p_min if spec.p_min is not None else 0.0,

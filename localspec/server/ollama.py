@@ -6,7 +6,7 @@ answer is worded as Ollama's: one JSON object, or, streamed (Ollama's default), 
 nanoseconds.
 
 What maps where: ``options`` (``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``,
-``num_predict``, ``stop``, and the penalties at their off values) become the request's
+``num_predict``, ``stop``, the penalties; mirostat and typical_p at their off values) become the request's
 sampling fields; ``format`` (``"json"`` or a JSON schema) its ``response_format``; ``tools``
 and a message's ``tool_calls`` / a tool message's ``tool_name`` the chat request's.
 ``/api/generate`` renders its ``prompt`` (and ``system``) through the model's chat template,

@@ -25,7 +25,8 @@ from ..errors import LocalspecError
 from .errors import ApiError
 
 # Top-level sampling fields, under their OpenAI names (also RunSpec's).
-SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed")
+SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
+            "repeat_penalty", "repeat_last_n")
 
 # Keys of the "speculative" object (also sent flat, llama-server's way: "speculative.n_max")
 # and the RunSpec field each sets; n_max and n_min are llama-server's names.
@@ -41,12 +42,11 @@ JSON_NAMES = {name: name for name in SAMPLING} | {
 
 # OpenAI options we do not implement: refused when set to anything but their neutral value.
 _UNSUPPORTED = {"functions": (None, []), "echo": (None, False),
-                "best_of": (None, 1), "suffix": (None, ""), "presence_penalty": (None, 0, 0.0),
-                "frequency_penalty": (None, 0, 0.0), "logit_bias": (None, {}, [])}
+                "best_of": (None, 1), "suffix": (None, "")}
 
 # llama-server's sampler switches this server does not have: accepted at their "off" value
 # (llama.cpp's default), refused otherwise.
-_LLAMA_OFF = {"typical_p": (None, 1, 1.0), "typ_p": (None, 1, 1.0), "repeat_penalty": (None, 1, 1.0),
+_LLAMA_OFF = {"typical_p": (None, 1, 1.0), "typ_p": (None, 1, 1.0),
               "dynatemp_range": (None, 0, 0.0), "xtc_probability": (None, 0, 0.0), "dry_multiplier": (None, 0, 0.0),
               "mirostat": (None, 0), "top_n_sigma": (None, -1, -1.0), "min_keep": (None, 0),
               "ignore_eos": (None, False), "timings_per_token": (None, False), "post_sampling_probs": (None, False),
@@ -55,7 +55,7 @@ _LLAMA_OFF = {"typical_p": (None, 1, 1.0), "typ_p": (None, 1, 1.0), "repeat_pena
 
 # llama-server's fields that only tune one of those switches: no effect while it is off.
 _LLAMA_TUNING = {"dynatemp_exponent": "dynatemp_range", "xtc_threshold": "xtc_probability",
-                 "repeat_last_n": "repeat_penalty", "dry_base": "dry_multiplier",
+                 "dry_base": "dry_multiplier",
                  "dry_allowed_length": "dry_multiplier", "dry_penalty_last_n": "dry_multiplier",
                  "dry_sequence_breakers": "dry_multiplier", "mirostat_tau": "mirostat", "mirostat_eta": "mirostat"}
 
@@ -63,7 +63,8 @@ _LLAMA_TUNING = {"dynatemp_exponent": "dynatemp_range", "xtc_threshold": "xtc_pr
 _HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "localspec", "max_tokens",
              "max_completion_tokens", "n_predict", "cache_prompt", "id_slot", "samplers", "user",
              "parallel_tool_calls", "response_format", "tools", "tool_choice", "grammar", "json_schema",
-             "logprobs", "top_logprobs", "n_probs", "n_indent", "t_max_predict_ms", "t_max_prompt_ms", *SAMPLING}
+             "logprobs", "top_logprobs", "n_probs", "n_indent", "t_max_predict_ms", "t_max_prompt_ms", "logit_bias",
+             *SAMPLING}
 
 # The prompt's field of each endpoint ("completion" is llama-server's native /completion,
 # "infill" its fill-in-the-middle, where the prompt is optional text after the prefix).
@@ -78,6 +79,7 @@ _SAMPLER_LETTERS = {"dry": "d", "top_k": "k", "typ_p": "y", "typical_p": "y", "t
 _CHAIN = "kpmti"
 # A sampler left out of ``samplers`` is off, as in llama.cpp's chain (no temperature: 1).
 _LEFT_OUT = {"k": ("top_k", 0), "p": ("top_p", 1.0), "m": ("min_p", 0.0), "t": ("temperature", 1.0)}
+_PENALTIES_OFF = {"repeat_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}   # ("e" left out)
 
 # Length fields, in the order they are looked at.
 _LENGTH = ("max_completion_tokens", "max_tokens", "n_predict")
@@ -123,8 +125,8 @@ def _neutral(value, allowed: tuple) -> bool:
 
 
 def check_request(body: dict, kind: str) -> None:
-    """Refuse what this server cannot do (several choices, logprobs, legacy functions, penalties,
-    other samplers) and any field it does not know, naming it: nothing is silently ignored."""
+    """Refuse what this server cannot do (several choices, legacy functions, other samplers)
+    and any field it does not know, naming it: nothing is silently ignored."""
     known = known_fields(kind)
     for key in body:
         if key in known or key.startswith("speculative."):
@@ -191,7 +193,31 @@ def _samplers(samplers: object) -> dict:
     if ours != "".join(c for c in _CHAIN if c in ours):
         raise ApiError(400, "samplers: localspec serve applies top_k, top_p, min_p, temperature, infill in that "
                             "order (leave one out to turn it off)", param="samplers")
-    return {name: off for c, (name, off) in _LEFT_OUT.items() if c not in ours} | {"infill": "i" in ours}
+    penalties = {} if "e" in letters else _PENALTIES_OFF
+    return {name: off for c, (name, off) in _LEFT_OUT.items() if c not in ours} | {"infill": "i" in ours} | penalties
+
+
+def _logit_bias(value: object) -> list:
+    """``logit_bias`` as (token id, bias) pairs: OpenAI's object of token ids (as strings) to
+    biases, or llama-server's list of [token id, bias] pairs (or its object); a bias of false
+    never lets the token be chosen. RunSpec judges the biases.
+
+    Raises:
+        ApiError: another shape, or a token given as text (400).
+    """
+    pairs = list(value.items()) if isinstance(value, dict) else value
+    if not isinstance(pairs, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+        raise ApiError(400, "logit_bias must map token ids to biases (an object, or a list of [id, bias] pairs)",
+                       param="logit_bias")
+    out = []
+    for token, bias in pairs:
+        if isinstance(token, str) and token.strip().isdigit():
+            token = int(token)
+        if not isinstance(token, int) or isinstance(token, bool):
+            raise ApiError(400, f"logit_bias: {token!r} is not a token id (biases by text are not supported here; "
+                                "/tokenize gives the ids)", param="logit_bias")
+        out.append((token, bias))
+    return out
 
 
 def logprobs(body: dict, kind: str) -> int | None:
@@ -293,6 +319,8 @@ def run_spec(body: dict, base: RunSpec, n_prompt: int, n_ctx: int, drafters: tup
     for name in SAMPLING:
         if body.get(name) is not None:
             values[name] = body[name]
+    if body.get("logit_bias") is not None:
+        values["logit_bias"] = _logit_bias(body["logit_bias"])
     if body.get("samplers") is not None:
         values.update(_samplers(body["samplers"]))
     length_name, values["max_tokens"] = _length(body, n_ctx - n_prompt)
