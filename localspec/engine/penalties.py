@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import BadInput
 from .outputs import LogitRows
-from .sampling import SamplingConfig
+from .sampling_config import SamplingConfig
 
 
 def penalize(row: np.ndarray, window: list[int], cfg: SamplingConfig) -> np.ndarray:
@@ -92,11 +92,9 @@ class PenalizedRows(LogitRows):
 
 
 def penalized(rows, history: list[int], drafts: list[int], cfg: SamplingConfig):
-    """``rows`` (full rows: a :class:`LogitRows` or an array) penalized, or as they are when
-    ``cfg`` has no logit bias or penalty."""
-    if not cfg.penalized:
-        return rows
-    return PenalizedRows(rows.x if isinstance(rows, LogitRows) else rows, history, drafts, cfg)
+    """``rows`` (full :class:`LogitRows` where ``cfg`` penalizes) penalized, or as they are
+    when ``cfg`` has no logit bias or penalty."""
+    return PenalizedRows(rows.x, history, drafts, cfg) if cfg.penalized else rows
 
 
 def penalized_last(rows, history: list[int], drafts: list[int], cfg: SamplingConfig):

@@ -8,8 +8,6 @@ it is added under a name of its own next to llama-server's (``speculative.drafte
 
 from __future__ import annotations
 
-import math
-
 from .. import __version__
 from ..engine import Done, Engine, RunSpec, StopReason
 from .errors import ApiError
@@ -50,7 +48,7 @@ def params(spec: RunSpec, n_predict: int) -> dict:
         "repeat_last_n": s.repeat_last_n,
         "presence_penalty": s.presence_penalty,
         "frequency_penalty": s.frequency_penalty,
-        "logit_bias": [[t, False if b == -math.inf else b] for t, b in s.logit_bias],
+        "logit_bias": s.to_dict()["logit_bias"],
         "stop": list(spec.stop),
         "n_indent": spec.n_indent,
         "n_probs": spec.logprobs or 0,
