@@ -109,6 +109,10 @@ def test_settings_parse_refuse_and_round_trip():
         parse_settings(good | {"draft_min": "5", "draft_max": "3"}, drafter="model", adaptive=True)
     assert exc.value.field == "draft_min"
     assert CHAT_DEFAULTS.with_(drafter="none", temperature=0).describe().startswith("target only · greedy")
+    # What the form does not show (from the command line) stays as it was.
+    base = CHAT_DEFAULTS.with_(repeat_penalty=1.2, logit_bias=((5, -1.0),), stop=("END",))
+    kept = parse_settings(good | {"top_k": "7"}, drafter="model", adaptive=True, base=base)
+    assert kept == base.with_(top_k=7, drafter="model", adaptive=True)
 
 
 # -- system gauges ------------------------------------------------------------------------

@@ -74,15 +74,18 @@ def validate(spec: RunSpec) -> RunSpec:
         raise SettingError(exc.field, exc.named(label)) from None
 
 
-def parse_settings(values: dict[str, str], *, drafter: str | DrafterKind, adaptive: bool) -> RunSpec:
-    """Settings from the form's text fields (blank optional fields mean automatic)."""
+def parse_settings(values: dict[str, str], *, drafter: str | DrafterKind, adaptive: bool,
+                   base: RunSpec | None = None) -> RunSpec:
+    """Settings from the form's text fields (blank optional fields mean automatic), on top of
+    ``base`` (the settings in force: what the form does not show, such as stop strings or
+    penalties given on the command line, stays as it was)."""
     parsed: dict = {"drafter": DrafterKind.parse(drafter), "adaptive": adaptive}
     for name, (label, parser, optional) in FIELDS.items():
         text = values.get(name, "")
         if not optional and not text.strip():
             raise SettingError(name, f"{label}: a value is needed")
         parsed[name] = parser(name, label, text, optional=optional)
-    return validate(RunSpec.of(**parsed))
+    return validate((base or RunSpec()).with_(**parsed))
 
 
 def field_value(spec: RunSpec, name: str):

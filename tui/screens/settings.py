@@ -62,7 +62,7 @@ class SettingsScreen(ModalScreen[RunSpec | None]):
         values = {name: self.query_one(f"#set-{name}", Input).value for name in FIELDS}
         drafter = self.query_one("#set-drafter", Select).value
         adaptive = self.query_one("#set-adaptive", Select).value
-        settings = parse_settings(values, drafter=str(drafter), adaptive=bool(adaptive))
+        settings = parse_settings(values, drafter=str(drafter), adaptive=bool(adaptive), base=self.settings)
         if settings.drafter.uses_model and not self.has_draft:
             raise SettingError("drafter", f"drafter '{settings.drafter.label}': these models have no draft; "
                                           "pick a pair in the models screen (F3)")
