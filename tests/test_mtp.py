@@ -10,6 +10,7 @@ llama.cpp's own ``llama-speculative-simple --spec-type draft-mtp`` is in
 """
 
 import json
+import math
 import shutil
 
 import pytest
@@ -92,6 +93,21 @@ def test_greedy_identical_embedded_head(models, k):
         # The head followed every position the target holds (and the last verify batch's
         # rejected drafts, dropped before its next draft, as llama.cpp does).
         assert e.mtp_ctx.tokens[:e.target_ctx.n_past] == e.target_ctx.tokens
+
+
+def test_greedy_with_penalties_is_the_target_alone(models):
+    """The head proposes from its rows penalized as the target judges them."""
+    with mtp_engine(models["mtp"]) as e:
+        toks = e.tokenize(PROMPTS[0])
+        plain, _ = generate(e, toks, drafter="none")
+        cfg = SamplingConfig(temperature=0.0, repeat_penalty=1.5, presence_penalty=0.2,
+                             logit_bias=((plain.token_ids[3], -math.inf),))
+        e.reset()
+        base, _ = generate(e, toks, drafter="none", sampling=cfg)
+        e.reset()
+        spec, _ = generate(e, toks, sampling=cfg)
+    assert spec.token_ids == base.token_ids != plain.token_ids
+    assert spec.summary.drafted > 0 and spec.summary.accepted > 0
 
 
 def test_partial_acceptance_and_one_decode_per_draft_token(models):

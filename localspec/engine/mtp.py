@@ -42,6 +42,7 @@ from ..errors import BadInput, LocalspecError
 from .backend import Context, Model, NativeHandle, Rollback, RollbackStats, last_log_error
 from .drafters import Draft, ReadsInline, common_prefix, pick
 from .outputs import LogitRows
+from .penalties import penalized_last
 from .rpc import WorkerLost
 from .sampling import Dist, SamplingConfig
 
@@ -278,7 +279,7 @@ class MtpDrafter(ReadsInline):
         confidence: list[float] = []
         hidden = np.empty((1, self.ctx.n_embd), dtype=np.float32)
         for i in range(k):
-            picked = pick(LogitRows(logits), cfg, rng, gate, i + 1)
+            picked = pick(penalized_last(LogitRows(logits), context, tokens, cfg), cfg, rng, gate, i + 1)
             if picked is None:
                 break
             tok, dist, top = picked
