@@ -338,16 +338,16 @@ async def test_missing_model_and_context_errors_are_notifications(tiny_target, t
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog), 20, "the error dialog")
         assert "gone.gguf: no such file" in app.screen.message
         await pilot.press("enter")
-    # A prompt longer than the context: a notification, the turn is dropped, the app goes on.
+    # A prompt longer than the context: a notification, the message stays in the input to be
+    # shortened, nothing is sent, the app goes on.
     app = tiny_app(tiny_target, tiny_draft, n_ctx=256, max_tokens=400)
     async with app.run_test(size=SIZE) as pilot:
         await wait_ready(pilot)
         screen = await send(pilot, "the fox jumps " * 200)
-        await wait_for(pilot, lambda: screen.job is None, 20, "the failure")
         await pilot.pause()
-        assert any("context holds" in n for n in notifications(app))
-        assert app.session.messages == []
-        assert "context holds" in str(screen.query(".note-error").first().render())
+        assert any("context holds 256" in n for n in notifications(app))
+        assert app.session.messages == [] and screen.job is None
+        assert screen.query_one("#prompt", Input).value == "the fox jumps " * 200
         # An answer that fills the context stops with a warning, keeping what it wrote.
         engine = app.session.engine
         k = max(k for k in range(1, 200)
@@ -358,6 +358,12 @@ async def test_missing_model_and_context_errors_are_notifications(tiny_target, t
         assert done.stop_reason == StopReason.CONTEXT_FULL and done.token_ids
         assert any("context full" in n for n in notifications(app))
         assert app.session.messages[-1] == {"role": "assistant", "content": done.text}
+        # The next message: the chat outgrew the context, its first turn is left out (with a note).
+        await send(pilot, "Say hi.")
+        await wait_answer(pilot)
+        assert app.session.left_out == 2 and len(app.session.messages) == 4
+        assert "no longer fits the context (256 tokens)" in str(screen.query(".note-info").last().render())
+        assert "2 oldest messages left out" in str(screen.query_one("#status").render())
 
 
 # -- models screen and pulling ------------------------------------------------------------

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..engine import DrafterKind, Engine, EngineConfig, RunSpec, rollback_depth
 from ..errors import BadInput, LocalspecError
+from .fit import answer_room, fit_conversation
 from .settings import CHAT_DEFAULTS, validate
 
 Progress = Callable[[str], None]
@@ -137,6 +138,7 @@ class ChatSession:
         self.settings = settings or CHAT_DEFAULTS
         self.system = system
         self.messages: list[dict] = []
+        self.left_out = 0                  # the oldest messages the last prompt left out (no room)
         self.engine: Engine | None = None
         self.summary: ModelSummary | None = None
         self._factory = engine_factory
@@ -260,6 +262,7 @@ class ChatSession:
     # -- conversation -----------------------------------------------------------------
     def new_chat(self) -> None:
         self.messages.clear()
+        self.left_out = 0
 
     def _chat(self, messages: list[dict] | None = None) -> list[dict]:
         head = [{"role": "system", "content": self.system}] if self.system else []
@@ -273,15 +276,21 @@ class ChatSession:
         return self.engine.chat_prompt(self._chat([{"role": "user", "content": text}]))
 
     def begin_turn(self, text: str) -> list[int]:
-        """Add the user's message and return the prompt tokens (the whole conversation)."""
+        """Add the user's message and return the prompt tokens: the whole conversation, or,
+        once it outgrows the context, its newest turns (:mod:`.fit`; ``left_out`` counts the
+        messages left out, which stay in ``messages``)."""
         if self.engine is None:
             raise BadInput("no model is loaded yet")
         self.messages.append({"role": "user", "content": text})
+        n_ctx = self.summary.n_ctx if self.summary is not None else self.choice.n_ctx
         try:
-            return self.engine.chat_prompt(self._chat())
+            fitted = fit_conversation(self.engine.chat_prompt, self._chat(), n_ctx,
+                                      answer_room(n_ctx, self.settings.max_tokens))
         except Exception:
             self.messages.pop()
             raise
+        self.left_out = fitted.left_out
+        return fitted.tokens
 
     def end_turn(self, answer: str) -> None:
         self.messages.append({"role": "assistant", "content": answer})

@@ -37,9 +37,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..chat.fit import answer_room, fit_conversation
 from ..engine import Done, Engine, RunSpec, StopReason, Token
 from ..engine.template import chat_tokens
-from ..errors import LocalspecError
+from ..errors import ContextOverflow, LocalspecError
 from . import anthropic, infill, llama, ollama, responses_api, tools, translate
 from .errors import ApiError
 from .live import LiveState
@@ -308,14 +309,21 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _prompt(ctx: ServerContext, body: dict, kind: str, plan: tools.Plan) -> list[int]:
+def _prompt(ctx: ServerContext, body: dict, kind: str, plan: tools.Plan, fit: bool = False) -> list[int]:
+    """The prompt's tokens; ``fit``: a chat that outgrows the context loses its oldest turns
+    (:mod:`..chat.fit`), as Ollama's ``/api/chat`` does, rather than being refused."""
     engine = ctx.engine
+    n_ctx = engine.target_ctx.n_ctx
     if kind == "chat":
         try:
+            if fit:
+                return fit_conversation(lambda msgs: chat_tokens(engine.target_model, msgs, plan.tools), plan.messages,
+                                        n_ctx, answer_room(n_ctx, body.get("max_tokens"))).tokens
             return chat_tokens(engine.target_model, plan.messages, plan.tools)
+        except ContextOverflow as exc:
+            raise ApiError(400, str(exc), param="messages", code="context_length_exceeded") from None
         except LocalspecError as exc:
             raise translate.template_error(exc) from None
-    n_ctx = engine.target_ctx.n_ctx
     if kind == "infill":
         return infill.request_prompt(engine.target_model, body, n_ctx, translate.n_predict(body))
     prompt = translate.completion_prompt(body)
@@ -375,7 +383,7 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
         if ctx.strict_model and name not in (None, "", ctx.model_id):
             raise _unknown_model(name, ctx.model_id)
         plan = tools.plan(body, ctx.engine.target_model.chat_template(), chat=kind == "chat")
-        prompt = _prompt(ctx, body, kind, plan)
+        prompt = _prompt(ctx, body, kind, plan, fit=ollama_chat)
         n_logprobs = translate.logprobs(body, kind)
         if n_logprobs is not None and plan.calls is not None:
             raise ApiError(400, "logprobs do not come with tools here: leave one out", param="logprobs")

@@ -9,6 +9,7 @@ What maps where: ``options`` (``temperature``, ``top_k``, ``top_p``, ``min_p``, 
 ``num_predict``, ``stop``, the penalties; mirostat and typical_p at their off values) become the request's
 sampling fields; ``format`` (``"json"`` or a JSON schema) its ``response_format``; ``tools``
 and a message's ``tool_calls`` / a tool message's ``tool_name`` the chat request's.
+A chat longer than the context loses its oldest turns, as Ollama's does (:mod:`..chat.fit`).
 ``/api/generate`` renders its ``prompt`` (and ``system``) through the model's chat template,
 as Ollama does, or sends it as it is with ``raw``; with ``suffix`` it fills in the middle.
 Options that set up a model (``num_ctx``, ``num_gpu``, ``num_thread``, ...) and

@@ -144,12 +144,16 @@ class ChatScreen(Screen):
         settings = session.settings
         prompt = self.query_one("#prompt", Input)
         log = self.query_one(ChatLog)
+        left_out = session.left_out
         try:
             tokens = session.begin_turn(text)
         except LocalspecError as exc:
             self.notify(str(exc), title="cannot send", severity="error")
             return False
         prompt.value = ""
+        if session.left_out and not left_out:
+            log.add_note(f"The chat no longer fits the context ({session.summary.n_ctx} tokens): from now on "
+                         "the model reads it without its oldest turns (they stay here).", "info")
         self.answer = log.add_turn(text, self.colour)
         log.call_after_refresh(log.scroll_end, animate=False)
         self.job = GenerationJob(
@@ -198,6 +202,8 @@ class ChatScreen(Screen):
         line = (f"{'stopped' if stopped else 'answered'}: {s.n_generated} tokens, "
                 f"{s.tokens_per_second:.1f} tok/s, first token {s.time_to_first_token:.2f} s "
                 f"({done.stop_reason.value})")
+        if self.app.session.left_out:
+            line += f" · {self.app.session.left_out} oldest messages left out of the context"
         self._end_job()
         self.show_status(line)
         if done.message:
