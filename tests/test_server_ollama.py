@@ -60,7 +60,7 @@ def test_chat_and_generate_become_the_chat_and_completion_requests():
 
 @pytest.mark.parametrize("route, body, param, match", [
     ("chat", {"messages": [{"role": "user", "content": "x", "images": ["AA=="]}]}, "messages[0].images", "images"),
-    ("chat", {"messages": [], "think": True}, "think", "thinking"),
+    ("chat", {"messages": [], "think": "max"}, "think", "true, false or one of high"),
     ("chat", {"messages": [], "options": {"num_predict": 0}}, "options.num_predict", "at least 1"),
     ("chat", {"messages": [], "options": {"tfs_z": 0.5}}, "options.tfs_z", "not an option"),
     ("chat", {"messages": [], "format": "xml"}, "format", "json"),

@@ -184,6 +184,30 @@ async def test_garbage_is_collected_in_larger_batches_while_the_app_runs(tiny_ta
 
 
 @run_async
+async def test_a_thinking_models_reasoning_is_shown_muted_and_kept_apart(zoo):
+    from test_reasoning import ANSWER, THINKING
+
+    thinker = zoo.get(TinySpec(chat_template=THINKING), "thinker.gguf")
+    app = tiny_app(thinker, drafter="ngram", max_tokens=40, grammar=ANSWER)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        screen = await send(pilot, "Why is the sky blue?")
+        await wait_answer(pilot)
+        view = screen.query(MessageView).first()
+        shown = {}
+        for text, origin in view.segments:
+            kind = origin if origin in ("thinking", "gap") else "reply"
+            shown[kind] = shown.get(kind, "") + text
+        assert shown == {"thinking": "The sky scatters blue light.\n", "gap": "\n\n", "reply": "Blue."}
+        assert view.plain == "Blue." and app.session.last_answer() == "Blue."
+        assert app.session.messages[-1] == {"role": "assistant", "content": "Blue.",
+                                            "reasoning_content": "The sky scatters blue light.\n"}
+        assert view._style("thinking")            # (muted, with the token colours off too)
+        view.colour = False
+        assert view._style("thinking") and not view._style("draft")
+
+
+@run_async
 async def test_new_chat_copy_and_colours(tiny_target, tiny_draft):
     app = tiny_app(tiny_target, tiny_draft, max_tokens=12)
     async with app.run_test(size=SIZE) as pilot:

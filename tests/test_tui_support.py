@@ -139,6 +139,9 @@ class TickCounter(threading.Event):
 class FakeModel:
     info: ModelInfo
 
+    def piece(self, token: int) -> bytes:
+        return b"x"
+
 
 def _info(path: str, desc: str, size: int, params: int) -> ModelInfo:
     return ModelInfo(path=path, description=desc, n_params=params, size_bytes=size, n_layer=30,
@@ -175,7 +178,7 @@ class FakeEngine:
             self.compat = CompatReport("target", "draft", [Rule("vocabulary type", True, "gpt2 / gpt2")], [], 0)
         self.closed = False
 
-    def chat_prompt(self, messages):
+    def chat_prompt(self, messages, variables=None):
         return list(range(20 + 10 * len(messages)))
 
     def describe(self) -> dict:

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..engine import DrafterKind, Engine, EngineConfig, RunSpec, rollback_depth
 from ..errors import BadInput, LocalspecError
 from .fit import answer_room, fit_conversation
+from .reasoning import prompt_opens_thinking, split_reasoning
 from .settings import CHAT_DEFAULTS, validate
 
 Progress = Callable[[str], None]
@@ -132,13 +133,15 @@ class ChatSession:
     """Models, settings and conversation of one chat; the engine it loads lives here."""
 
     def __init__(self, choice: ModelChoice, settings: RunSpec | None = None, *,
-                 system: str | None = None, engine_factory: Callable[[EngineConfig], Engine] = Engine,
-                 demo_pair: Callable | None = None):
+                 system: str | None = None, variables: dict | None = None,
+                 engine_factory: Callable[[EngineConfig], Engine] = Engine, demo_pair: Callable | None = None):
         self.choice = choice
         self.settings = settings or CHAT_DEFAULTS
         self.system = system
         self.messages: list[dict] = []
         self.left_out = 0                  # the oldest messages the last prompt left out (no room)
+        self.variables = variables         # more for the chat template (e.g. enable_thinking)
+        self.thinking = False              # the last prompt opened a <think> block
         self.engine: Engine | None = None
         self.summary: ModelSummary | None = None
         self._factory = engine_factory
@@ -273,7 +276,7 @@ class ChatSession:
         conversation: what the comparison screen runs."""
         if self.engine is None:
             raise BadInput("no model is loaded yet")
-        return self.engine.chat_prompt(self._chat([{"role": "user", "content": text}]))
+        return self.engine.chat_prompt(self._chat([{"role": "user", "content": text}]), self.variables)
 
     def begin_turn(self, text: str) -> list[int]:
         """Add the user's message and return the prompt tokens: the whole conversation, or,
@@ -284,16 +287,23 @@ class ChatSession:
         self.messages.append({"role": "user", "content": text})
         n_ctx = self.summary.n_ctx if self.summary is not None else self.choice.n_ctx
         try:
-            fitted = fit_conversation(self.engine.chat_prompt, self._chat(), n_ctx,
-                                      answer_room(n_ctx, self.settings.max_tokens))
+            fitted = fit_conversation(lambda msgs: self.engine.chat_prompt(msgs, self.variables), self._chat(),
+                                      n_ctx, answer_room(n_ctx, self.settings.max_tokens))
         except Exception:
             self.messages.pop()
             raise
         self.left_out = fitted.left_out
+        self.thinking = prompt_opens_thinking(self.engine.target_model, fitted.tokens)
         return fitted.tokens
 
     def end_turn(self, answer: str) -> None:
-        self.messages.append({"role": "assistant", "content": answer})
+        """Keep the answer: its reply as the content and a thinking model's reasoning as
+        ``reasoning_content`` (where chat templates that take it back look for it)."""
+        reasoning, reply = split_reasoning(answer, self.thinking)
+        message = {"role": "assistant", "content": reply}
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+        self.messages.append(message)
 
     def abandon_turn(self) -> None:
         """Drop the last user message (its answer failed before any text)."""

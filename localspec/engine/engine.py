@@ -197,8 +197,10 @@ class Engine:
     def tokenize(self, prompt: str) -> list[int]:
         return self.target_model.tokenize(prompt, add_special=True, parse_special=False)
 
-    def chat_prompt(self, messages: list[dict]) -> list[int]:
-        return chat_tokens(self.target_model, messages)
+    def chat_prompt(self, messages: list[dict], variables: dict | None = None) -> list[int]:
+        """The target's chat template applied to ``messages`` (``variables``: more for the
+        template, e.g. ``{"enable_thinking": False}``), tokenized."""
+        return chat_tokens(self.target_model, messages, variables=variables)
 
     # -- generation -------------------------------------------------------------------
     @property

@@ -65,8 +65,13 @@ def _compiled(template: str) -> jinja2.Template:
     return _ENV.from_string(template)
 
 
+# The variables a template gets from the renderer itself, never from a caller's extras.
+RESERVED = frozenset({"messages", "tools", "bos_token", "eos_token", "add_generation_prompt"})
+
+
 def render_chat(template: str | None, messages: list[dict], *, bos_token: str = "",
-                eos_token: str = "", add_generation_prompt: bool = True, tools: list[dict] | None = None) -> str:
+                eos_token: str = "", add_generation_prompt: bool = True, tools: list[dict] | None = None,
+                variables: dict | None = None) -> str:
     """Render ``messages`` with a chat template.
 
     Args:
@@ -76,6 +81,8 @@ def render_chat(template: str | None, messages: list[dict], *, bos_token: str = 
         add_generation_prompt: end with the opening of the assistant's turn.
         tools: OpenAI-style tool definitions, given to the template as ``tools`` (as
             transformers' ``apply_chat_template`` does); None: the template sees none.
+        variables: more variables for the template (llama-server's ``chat_template_kwargs``,
+            e.g. ``enable_thinking``); none of :data:`RESERVED`.
 
     Returns:
         The prompt text.
@@ -89,7 +96,9 @@ def render_chat(template: str | None, messages: list[dict], *, bos_token: str = 
             raise LocalspecError("each chat message needs a role and a content")
     try:
         tmpl = _compiled(template or CHATML)
-        extra = {"tools": tools} if tools else {}
+        extra = {k: v for k, v in (variables or {}).items() if k not in RESERVED}
+        if tools:
+            extra["tools"] = tools
         return tmpl.render(messages=messages, bos_token=bos_token, eos_token=eos_token,
                            add_generation_prompt=add_generation_prompt, **extra)
     except jinja2.exceptions.SecurityError as exc:
@@ -98,13 +107,14 @@ def render_chat(template: str | None, messages: list[dict], *, bos_token: str = 
         raise LocalspecError(f"the model's chat template failed: {exc}") from None
 
 
-def chat_tokens(model, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+def chat_tokens(model, messages: list[dict], tools: list[dict] | None = None,
+                variables: dict | None = None) -> list[int]:
     """Render with the model's template and tokenize, adding BOS once when the model wants it.
 
     Args:
         model: a loaded :class:`~localspec.engine.backend.Model` (its template, BOS/EOS and
             tokenizer).
-        messages, tools: as for :func:`render_chat`.
+        messages, tools, variables: as for :func:`render_chat`.
 
     Returns:
         The prompt's token ids.
@@ -114,7 +124,8 @@ def chat_tokens(model, messages: list[dict], tools: list[dict] | None = None) ->
     """
     bos = model.token_text(model.bos) if model.bos >= 0 else ""
     eos = model.token_text(model.eos) if model.eos >= 0 else ""
-    text = render_chat(model.chat_template(), messages, bos_token=bos, eos_token=eos, tools=tools)
+    text = render_chat(model.chat_template(), messages, bos_token=bos, eos_token=eos, tools=tools,
+                       variables=variables)
     tokens = model.tokenize(text, add_special=False, parse_special=True)
     if model.add_bos and model.bos >= 0 and (not tokens or tokens[0] != model.bos):
         tokens.insert(0, model.bos)

@@ -7,9 +7,11 @@ What maps where: ``system`` becomes the first message; a message's ``text`` bloc
 content; an assistant's ``tool_use`` blocks its tool calls and a user's ``tool_result``
 blocks tool messages; ``tools`` (``input_schema``) and ``tool_choice`` (auto, any, tool,
 none) the chat request's; ``stop_sequences`` the stop strings; ``max_tokens`` is required,
-as Anthropic's API requires it. Earlier ``thinking`` blocks are left out (templates drop
-them too). Images, documents, server tools and extended thinking are refused with a 400
-that names them. Errors are Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``.
+as Anthropic's API requires it. A thinking model's reasoning comes as a ``thinking`` block
+(with an empty signature); ``thinking: {"type": "disabled"}`` turns thinking off through the
+chat template. Earlier ``thinking`` blocks are left out (templates drop them too). Images,
+documents, server tools and extended thinking with a budget (``enabled``) are refused with a
+400 that names them. Errors are Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ _FIELDS = {"model", "messages", "system", "max_tokens", "stop_sequences", "tempe
            "stream", "tools", "tool_choice", "metadata", "thinking", "output_config", "cache_control",
            "service_tier", "speed", "speculative", "localspec", "cache_prompt"}
 _COUNT_FIELDS = {"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config", "cache_control"}
-# thinking: "disabled", or "adaptive" (the model decides; a model that does not think answers).
+# thinking: "disabled" (through the chat template's enable_thinking), or "adaptive" (the model
+# decides; a thinking model's reasoning comes as thinking blocks).
 _THINKING = ("disabled", "adaptive")
 
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -38,6 +41,15 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
 _STOP = {StopReason.EOG: "end_turn", StopReason.STOP_STRING: "stop_sequence", StopReason.CANCELLED: "end_turn"}
 _CUT = {StopReason.MAX_TOKENS: "max_tokens", StopReason.INDENT: "max_tokens", StopReason.TIME_LIMIT: "max_tokens",
         StopReason.CONTEXT_FULL: "model_context_window_exceeded"}
+
+
+# A thinking block as it starts (a local model's has no signature to check: it is empty).
+THINKING_BLOCK = {"type": "thinking", "thinking": "", "signature": ""}
+
+
+def put_thinking(answer: dict, reasoning: str) -> None:
+    """A whole message's reasoning: a ``thinking`` block before the rest."""
+    answer["content"].insert(0, THINKING_BLOCK | {"thinking": reasoning})
 
 
 def error_body(err: ApiError) -> dict:
@@ -71,6 +83,8 @@ def to_chat(body: dict, count: bool = False) -> dict:
         raise _bad("extended thinking is not supported here (only {\"type\": \"disabled\"} or \"adaptive\")",
                    "thinking")
     chat: dict = {"messages": _system(body.get("system")) + _messages(body.get("messages"))}
+    if thinking is not None and thinking["type"] == "disabled":      # (the template's switch)
+        chat["chat_template_kwargs"] = {"enable_thinking": False}
     fmt = _output_format(body.get("output_config"))
     if fmt is not None:
         chat["response_format"] = fmt
@@ -301,6 +315,12 @@ class MessageShape:
 
     def error(self, err: ApiError) -> bytes:
         return typed_sse(error_body(err))
+
+    def thinking(self, text: str, tokens=()) -> bytes:
+        """A piece of a thinking model's reasoning: a ``thinking`` block's delta (the block
+        opened first)."""
+        out = b"" if self._open == "thinking" else self._start("thinking", dict(THINKING_BLOCK))
+        return out + self._delta({"type": "thinking_delta", "thinking": text})
 
     def _blocks(self, events: list[tuple]) -> bytes:
         out = b""

@@ -38,6 +38,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..chat.fit import answer_room, fit_conversation
+from ..chat.reasoning import prompt_opens_thinking
 from ..engine import Done, Engine, RunSpec, StopReason, Token
 from ..engine.template import chat_tokens
 from ..errors import ContextOverflow, LocalspecError
@@ -47,6 +48,7 @@ from .live import LiveState
 from .metrics import Metrics
 from .responses import Shape
 from .scheduler import Channel, Job, Scheduler
+from .thinking import ThinkingShape
 
 log = logging.getLogger("localspec.server")
 
@@ -315,11 +317,15 @@ def _prompt(ctx: ServerContext, body: dict, kind: str, plan: tools.Plan, fit: bo
     engine = ctx.engine
     n_ctx = engine.target_ctx.n_ctx
     if kind == "chat":
+        variables = translate.template_variables(body)
+
+        def render(msgs: list[dict]) -> list[int]:
+            return chat_tokens(engine.target_model, msgs, plan.tools, variables)
+
         try:
             if fit:
-                return fit_conversation(lambda msgs: chat_tokens(engine.target_model, msgs, plan.tools), plan.messages,
-                                        n_ctx, answer_room(n_ctx, body.get("max_tokens"))).tokens
-            return chat_tokens(engine.target_model, plan.messages, plan.tools)
+                return fit_conversation(render, plan.messages, n_ctx, answer_room(n_ctx, body.get("max_tokens"))).tokens
+            return render(plan.messages)
         except ContextOverflow as exc:
             raise ApiError(400, str(exc), param="messages", code="context_length_exceeded") from None
         except LocalspecError as exc:
@@ -384,6 +390,8 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
             raise _unknown_model(name, ctx.model_id)
         plan = tools.plan(body, ctx.engine.target_model.chat_template(), chat=kind == "chat")
         prompt = _prompt(ctx, body, kind, plan, fit=ollama_chat)
+        reasoning = kind == "chat" and translate.reasoning_apart(body)
+        opened = reasoning and prompt_opens_thinking(ctx.engine.target_model, prompt)
         n_logprobs = translate.logprobs(body, kind)
         if n_logprobs is not None and plan.calls is not None:
             raise ApiError(400, "logprobs do not come with tools here: leave one out", param="logprobs")
@@ -401,23 +409,37 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
     if endpoint == "messages":
         shape = anthropic.MessageShape(job.id, ctx.model_id, len(prompt), plan.calls,
                                        lambda done: llama.stopping_word(ctx.engine, done, spec.stop))
+        shape = ThinkingShape(shape, opened, shape.thinking, anthropic.put_thinking)
     elif endpoint == "responses":
         shape = responses_api.ResponseShape(job.id, ctx.model_id, echo, plan.calls)
+        shape = ThinkingShape(shape, opened, shape.thinking, responses_api.put_reasoning)
     elif endpoint == "ollama":
         shape = ollama.OllamaShape(echo.get("model") or ctx.model_id, ollama_chat, plan.calls)
+        if reasoning:
+            shape = ThinkingShape(shape, opened, shape.thinking, ollama.put_thinking)
     elif kind in translate.NATIVE:
         shape = llama.Native(ctx.engine, spec, ctx.model_id, translate.completion_prompt(body) if kind == "completion"
                              else prompt, translate.n_predict(body), job, bool(body.get("return_tokens")), fields)
     else:
         shape = Shape(kind, job.id, ctx.model_id, translate.include_usage(body),
                       ctx.engine.target_model if n_logprobs is not None else None)
+        base = shape
         if plan.calls is not None:
             shape = tools.CallShape(shape, plan.calls)
+        if kind == "chat" and reasoning:
+            shape = ThinkingShape(shape, opened, lambda text, tokens: base.chunk(reasoning=text,
+                                                                                 logprobs=base.logprobs(tokens)),
+                                  put_reasoning)
     if stream:
         media = ollama.OllamaShape.media_type if endpoint == "ollama" else "text/event-stream"
         return StreamingResponse(_stream(ctx, job, shape), media_type=media,
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     return await _whole(ctx, request, job, shape, _render(endpoint))
+
+
+def put_reasoning(answer: dict, reasoning: str) -> None:
+    """A whole chat completion's reasoning, as llama-server words it."""
+    answer["choices"][0]["message"]["reasoning_content"] = reasoning
 
 
 def _shutdown_error(done: Done) -> ApiError:

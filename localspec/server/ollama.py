@@ -14,7 +14,9 @@ A chat longer than the context loses its oldest turns, as Ollama's does (:mod:`.
 as Ollama does, or sends it as it is with ``raw``; with ``suffix`` it fills in the middle.
 Options that set up a model (``num_ctx``, ``num_gpu``, ``num_thread``, ...) and
 ``keep_alive`` are taken without effect: the server's flags set them once. Images,
-``template``, the old ``context`` and thinking are refused with a 400 naming them. A request
+``template`` and the old ``context`` are refused with a 400 naming them. A thinking model's
+reasoning comes apart from the reply, in ``thinking``; ``think: false`` turns thinking off
+through the chat template (``enable_thinking``). A request
 with no prompt (or no messages) is Ollama's way to load a model: answered at once,
 ``done_reason: "load"``.
 """
@@ -42,6 +44,8 @@ _OPTIONS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "m
 # Options that set up the model: the server's flags set them once.
 _LOAD_OPTIONS = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_keep", "use_mmap", "use_mlock",
                  "numa", "low_vram", "vocab_only", "f16_kv", "penalize_newline"}
+# think: true, false, or an effort (gpt-oss's levels; a model that thinks does so at its own).
+_EFFORT = ("high", "medium", "low")
 _COMMON = {"model", "format", "options", "stream", "keep_alive", "think", "speculative", "localspec", "cache_prompt"}
 _CHAT = _COMMON | {"messages", "tools"}
 _GENERATE = _COMMON | {"prompt", "suffix", "system", "raw", "images", "template", "context"}
@@ -62,9 +66,12 @@ def _common(body: dict, known: set[str], where: str) -> dict:
         if key not in known:
             raise ApiError(400, f"{key} is not a field localspec serve takes on {where}; it is refused rather "
                                 "than ignored", param=key, code="unknown_field")
-    if body.get("think") not in (None, False):
-        raise _bad("thinking is not supported here", "think")
+    think = body.get("think")
+    if not isinstance(think, (bool, str, type(None))) or isinstance(think, str) and think not in _EFFORT:
+        raise _bad(f"must be true, false or one of {', '.join(_EFFORT)}", "think")
     out: dict = {"stream": body.get("stream", True)}      # (Ollama streams unless told not to)
+    if think is False:                                     # (the template's switch; Qwen3's and others')
+        out["chat_template_kwargs"] = {"enable_thinking": False}
     for key in ("model", "speculative", "localspec", "cache_prompt"):
         if body.get(key) is not None:
             out[key] = body[key]
@@ -138,6 +145,7 @@ def generate_request(body: dict) -> tuple[str, dict]:
     if body.get("raw") or suffix:
         if body.get("system"):
             raise _bad("a raw or fill-in-the-middle prompt takes no system text", "system")
+        out.pop("chat_template_kwargs", None)
         return "completions", out | {"prompt": prompt} | ({"suffix": suffix} if suffix else {})
     system = body.get("system")
     msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
@@ -205,6 +213,12 @@ class OllamaShape:
         reason = "length" if done.stop_reason in _LENGTH else "stop"
         return self._base(text, calls) | {"done": True, "done_reason": reason} | stats(s) | {"timings": timings(s)}
 
+    def thinking(self, text: str, tokens=()) -> bytes:
+        """A line of reasoning: ``message.thinking`` (chat) or ``thinking`` (generate)."""
+        line = self._base("")
+        put_thinking(line, text)
+        return _line(line)
+
     def whole(self, done: Done, tokens=()) -> dict:
         text, calls = (self.reader.parse(done.text) if self.reader is not None else (done.text, []))
         return self._final(done, text or "", calls)
@@ -242,6 +256,11 @@ class OllamaShape:
     def _flush(self) -> bytes:
         call, self._pending = self._pending, None
         return _line(self._base("", [call])) if call is not None else b""
+
+
+def put_thinking(answer: dict, reasoning: str) -> None:
+    """Ollama's ``thinking``: in the message (chat) or beside the response (generate)."""
+    (answer["message"] if "message" in answer else answer)["thinking"] = reasoning
 
 
 def _size(n_params: int) -> str:

@@ -131,14 +131,16 @@ class Shape:
 
     # -- streaming ----------------------------------------------------------------------
     def chunk(self, text: str | None = None, *, role: bool = False, reason: StopReason | None = None,
-              s: Summary | None = None, logprobs: dict | None = None) -> bytes:
-        """One server-sent event: a piece of text, the opening role, or the closing chunk
-        (finish_reason and timings)."""
+              s: Summary | None = None, logprobs: dict | None = None, reasoning: str | None = None) -> bytes:
+        """One server-sent event: a piece of text (or of reasoning, llama-server's
+        ``reasoning_content``), the opening role, or the closing chunk (finish_reason and timings)."""
         fr = finish_reason(reason) if reason is not None else None
         if self.chat:
             delta: dict = {"role": "assistant", "content": ""} if role else {}
             if text:
                 delta["content"] = text
+            if reasoning:
+                delta["reasoning_content"] = reasoning
             out = self._base("chat.completion.chunk") | {
                 "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": fr}]}
         else:

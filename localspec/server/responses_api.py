@@ -8,9 +8,11 @@ messages with ``input_text`` / ``output_text`` parts, ``function_call`` and
 ``function_call_output`` items) the chat messages, earlier ``reasoning`` items left out;
 ``max_output_tokens``, ``temperature``, ``top_p``, ``tools`` (function tools), ``tool_choice``,
 ``parallel_tool_calls`` and ``text.format`` (a JSON schema, or a JSON object) the chat
-request's. Nothing is stored: ``previous_response_id`` and ``store: true`` with a later lookup
-are not available, so ``previous_response_id`` and ``conversation`` are refused, as are images,
-files and built-in tools (web search, ...), each with a 400 naming the field.
+request's. A thinking model's reasoning comes as a ``reasoning`` item (its text as
+``reasoning_text`` content, streamed as ``response.reasoning_text.delta``). Nothing is
+stored: ``previous_response_id`` and ``store: true`` with a later lookup are not available,
+so ``previous_response_id`` and ``conversation`` are refused, as are images, files and
+built-in tools (web search, ...), each with a 400 naming the field.
 """
 
 from __future__ import annotations
@@ -230,6 +232,12 @@ class ResponseShape:
                 "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
 
     @staticmethod
+    def reasoning_item(text: str, status: str = "completed") -> dict:
+        """A thinking model's reasoning: a ``reasoning`` item with its text (no summary)."""
+        return {"id": "rs_" + secrets.token_hex(12), "type": "reasoning", "status": status, "summary": [],
+                "content": [{"type": "reasoning_text", "text": text}]}
+
+    @staticmethod
     def _call(call, status: str = "completed") -> dict:
         return {"id": "fc_" + secrets.token_hex(12), "type": "function_call", "status": status,
                 "call_id": call.id, "name": call.name, "arguments": call.arguments}
@@ -266,6 +274,15 @@ class ResponseShape:
     def error(self, err: ApiError) -> bytes:
         return self._next({"type": "error", "code": err.code, "message": err.message, "param": err.param})
 
+    def thinking(self, text: str, tokens=()) -> bytes:
+        """A piece of reasoning: ``response.reasoning_text.delta`` of a reasoning item (added first)."""
+        out = b""
+        if self._open is None or self._open["type"] != "reasoning":
+            out += self._add(self.reasoning_item("", "in_progress"))
+        self._open["content"][0]["text"] += text
+        return out + self._next({"type": "response.reasoning_text.delta", "item_id": self._open["id"],
+                                 "output_index": len(self._items) - 1, "content_index": 0, "delta": text})
+
     def _said(self, events: list[tuple]) -> bytes:
         out = b""
         for kind, value in events:
@@ -298,7 +315,7 @@ class ResponseShape:
         self._open = item
         i = len(self._items) - 1
         added = json.loads(json.dumps(item))     # (as it is now: the item itself grows; its part comes next)
-        if item["type"] == "message":
+        if item["type"] in ("message", "reasoning"):
             added["content"] = []
         out += self._next({"type": "response.output_item.added", "output_index": i, "item": added})
         if item["type"] == "message":
@@ -313,7 +330,10 @@ class ResponseShape:
             return b""
         i = len(self._items) - 1
         item["status"] = "completed"
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            out = self._next({"type": "response.reasoning_text.done", "item_id": item["id"], "output_index": i,
+                              "content_index": 0, "text": item["content"][0]["text"]})
+        elif item["type"] == "message":
             part = item["content"][0]
             out = self._next({"type": "response.output_text.done", "item_id": item["id"], "output_index": i,
                               "content_index": 0, "text": part["text"], "logprobs": []})
@@ -323,3 +343,9 @@ class ResponseShape:
             out = self._next({"type": "response.function_call_arguments.done", "item_id": item["id"],
                               "output_index": i, "name": item["name"], "arguments": item["arguments"]})
         return out + self._next({"type": "response.output_item.done", "output_index": i, "item": item})
+
+
+def put_reasoning(answer: dict, reasoning: str) -> None:
+    """A whole response's reasoning: a reasoning item before the rest of the output."""
+    answer["output"].insert(0, ResponseShape.reasoning_item(reasoning))
+

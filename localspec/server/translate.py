@@ -21,6 +21,7 @@ import json
 
 from ..engine import DrafterKind, RunSpec, SpecError
 from ..engine.spec import LOGPROBS_MAX
+from ..engine.template import RESERVED
 from ..errors import LocalspecError
 from .errors import ApiError
 
@@ -51,7 +52,7 @@ _LLAMA_OFF = {"typical_p": (None, 1, 1.0), "typ_p": (None, 1, 1.0),
               "mirostat": (None, 0), "top_n_sigma": (None, -1, -1.0), "min_keep": (None, 0),
               "ignore_eos": (None, False), "timings_per_token": (None, False), "post_sampling_probs": (None, False),
               "return_tokens": (None, False), "lora": (None, []),
-              "backend_sampling": (None, False), "reasoning_format": (None, "none")}
+              "backend_sampling": (None, False)}
 
 # llama-server's fields that only tune one of those switches: no effect while it is off.
 _LLAMA_TUNING = {"dynatemp_exponent": "dynatemp_range", "xtc_threshold": "xtc_probability",
@@ -64,7 +65,10 @@ _HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "l
              "max_completion_tokens", "n_predict", "cache_prompt", "id_slot", "samplers", "user",
              "parallel_tool_calls", "response_format", "tools", "tool_choice", "grammar", "json_schema",
              "logprobs", "top_logprobs", "n_probs", "n_indent", "t_max_predict_ms", "t_max_prompt_ms", "logit_bias",
-             *SAMPLING}
+             "reasoning_format", "chat_template_kwargs", *SAMPLING}
+
+# llama-server's reasoning formats: whether a thinking model's reasoning comes apart from the reply.
+_REASONING = {"auto": True, "deepseek": True, "none": False}
 
 # The prompt's field of each endpoint ("completion" is llama-server's native /completion,
 # "infill" its fill-in-the-middle, where the prompt is optional text after the prefix).
@@ -465,3 +469,40 @@ def _localspec_fields(obj, drafters: tuple[DrafterKind, ...]) -> dict:
 def template_error(exc: LocalspecError) -> ApiError:
     """A chat template that cannot render these messages, as a 400."""
     return ApiError(400, str(exc), param="messages")
+
+
+def reasoning_apart(body: dict) -> bool:
+    """Whether a thinking model's reasoning comes as ``reasoning_content`` apart from the
+    reply (llama-server's ``reasoning_format``: "auto", the default, or "deepseek"), or stays
+    in the text ("none").
+
+    Raises:
+        ApiError: 400, another format.
+    """
+    fmt = body.get("reasoning_format")
+    if fmt is None:
+        return True
+    if fmt not in _REASONING:
+        raise ApiError(400, f"reasoning_format must be one of {', '.join(_REASONING)} (got {fmt!r})",
+                       param="reasoning_format")
+    return _REASONING[fmt]
+
+
+def template_variables(body: dict) -> dict | None:
+    """llama-server's ``chat_template_kwargs``: more variables for the chat template (such as
+    ``enable_thinking``).
+
+    Raises:
+        ApiError: 400, not an object of names, or a name the template gets from the server.
+    """
+    extra = body.get("chat_template_kwargs")
+    if extra is None:
+        return None
+    if not isinstance(extra, dict):
+        raise ApiError(400, "chat_template_kwargs must be an object", param="chat_template_kwargs")
+    taken = sorted(RESERVED & set(extra))
+    if taken:
+        raise ApiError(400, f"chat_template_kwargs may not set {', '.join(taken)} (the server does)",
+                       param="chat_template_kwargs")
+    return extra
+

@@ -72,6 +72,7 @@ class TinySpec:
     bos_id: int = 1
     add_bos: bool = False
     vocab_type: str = "gpt2"
+    chat_template: str | None = None   # None: ChatML
     token_edits: tuple[tuple[int, str], ...] = ()   # (id, new text)
     vocab_shuffle: int = 0        # nonzero: permute the non-special tokens (a different vocabulary)
     n_vocab: int = 0              # more than the BPE's: padded with plain tokens (up to REAL_VOCAB)

@@ -125,7 +125,7 @@ def add_tokenizer(w: gguf.GGUFWriter, spec, tokens: list[str], types: list, merg
     Args:
         w: the writer of the model file.
         spec: gives ``vocab_type`` ("gpt2": BPE with merges; another: scored tokens),
-            ``bos_id``, ``eos_id`` and ``add_bos``.
+            ``bos_id``, ``eos_id``, ``add_bos`` and ``chat_template``.
         tokens, types, merges: what :func:`vocabulary` returned.
     """
     w.add_vocab_size(len(tokens))
@@ -140,4 +140,4 @@ def add_tokenizer(w: gguf.GGUFWriter, spec, tokens: list[str], types: list, merg
     w.add_bos_token_id(spec.bos_id)
     w.add_eos_token_id(spec.eos_id)
     w.add_add_bos_token(spec.add_bos)
-    w.add_chat_template(CHATML)
+    w.add_chat_template(spec.chat_template or CHATML)

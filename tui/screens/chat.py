@@ -12,6 +12,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
 from ...chat.live import LiveStats
+from ...chat.reasoning import ReasoningSplit
 from ...engine.events import StopReason
 from ...errors import LocalspecError
 from ..compositor import install as install_compositor
@@ -42,6 +43,7 @@ class ChatScreen(Screen):
         install_compositor(self)     # frames draw only the rows they update
         self.job: GenerationJob | None = None
         self.answer: MessageView | None = None
+        self._split, self._raw, self._replied = ReasoningSplit(), [], False   # the answer streaming in
         self.colour = True
         self.stats = LiveStats()
         self.last_done = None
@@ -151,6 +153,7 @@ class ChatScreen(Screen):
             self.notify(str(exc), title="cannot send", severity="error")
             return False
         prompt.value = ""
+        self._split, self._raw, self._replied = ReasoningSplit(session.thinking), [], False
         if session.left_out and not left_out:
             log.add_note(f"The chat no longer fits the context ({session.summary.n_ctx} tokens): from now on "
                          "the model reads it without its oldest turns (they stay here).", "info")
@@ -171,10 +174,30 @@ class ChatScreen(Screen):
         if msg.job != JOB or self.answer is None:
             return
         self._progress_at = time.monotonic()
-        if self.answer.append(msg.segments):
+        if self.answer.append(self._shown(msg.segments)):
             self.query_one(ChatLog).follow()
         self.stats = msg.stats
         self.refresh_gauges()
+
+    def _shown(self, segments: list, last: bool = False) -> list:
+        """The answer's segments as shown: a thinking model's reasoning muted and apart
+        (origin "thinking"), its tags left out; ``last``: what the split held back too."""
+        out = []
+        for text, origin in segments:
+            self._raw.append(text)
+            out += self._parts(*self._split.feed(text), origin)
+        if last:
+            out += self._parts(*self._split.finish(), "text")
+        return out
+
+    def _parts(self, reasoning: str, reply: str, origin: str) -> list:
+        out = [(reasoning, "thinking")] if reasoning else []
+        if reply:
+            if self._split.seen and not self._replied:
+                out.append(("\n\n", "gap"))
+            self._replied = True
+            out.append((reply, origin))
+        return out
 
     def refresh_gauges(self) -> None:
         """Gauges at most every ``gauge_interval`` (5 a second): text streams at the message
@@ -190,7 +213,7 @@ class ChatScreen(Screen):
             return
         done = msg.done
         if self.answer is not None:
-            self.answer.append(msg.segments)
+            self.answer.append(self._shown(msg.segments, last=True))
             self.answer.streaming = False
             self.query_one(ChatLog).follow()
         self.stats = msg.stats
@@ -213,11 +236,11 @@ class ChatScreen(Screen):
         if msg.job != JOB:
             return
         if self.answer is not None:
-            self.answer.append(msg.segments)
+            self.answer.append(self._shown(msg.segments, last=True))
             self.answer.streaming = False
         self.stats = msg.stats
         self.query_one(GaugeColumn).show_stats(msg.stats)
-        partial = self.answer.plain if self.answer is not None else ""
+        partial = "".join(self._raw) if self.answer is not None else ""
         session = self.app.session
         if partial:
             session.end_turn(partial)

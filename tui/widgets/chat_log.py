@@ -21,7 +21,8 @@ class MessageView(Widget):
 
     With ``colour`` on, each token shows where it came from: a draft token the target
     accepted, the target's own correction, or the bonus token after a fully accepted draft
-    (styles in chat.tcss).
+    (styles in chat.tcss). A thinking model's reasoning (origin "thinking") is always shown
+    muted, a blank line (origin "gap") before the reply.
 
     It is drawn line by line (Textual's line API), like a log: finished paragraphs are
     wrapped once and kept as strips; an update re-wraps only the open paragraph and repaints
@@ -30,7 +31,7 @@ class MessageView(Widget):
     the app's cost per update small and independent of the answer's length.
     """
 
-    COMPONENT_CLASSES = {"message--draft", "message--target", "message--bonus"}
+    COMPONENT_CLASSES = {"message--draft", "message--target", "message--bonus", "message--thinking"}
     HEIGHT_STEP = 8
 
     colour: reactive[bool] = reactive(True)
@@ -54,7 +55,8 @@ class MessageView(Widget):
 
     @property
     def plain(self) -> str:
-        return "".join(t for t, _ in self.segments)
+        """The reply's text (a thinking model's reasoning left out)."""
+        return "".join(t for t, origin in self.segments if origin not in ("thinking", "gap"))
 
     @property
     def line_count(self) -> int:
@@ -62,7 +64,7 @@ class MessageView(Widget):
 
     # -- building lines ---------------------------------------------------------------
     def _style(self, origin: str):
-        if not self.colour or origin not in ORIGINS:
+        if origin != "thinking" and (not self.colour or origin not in ORIGINS):
             return ""
         style = self._styles.get(origin)
         if style is None:     # looked up once per origin (the lookup walks the CSS)
