@@ -213,3 +213,40 @@ def test_the_official_clients_read_the_reasoning(thinker):
                               temperature=0, extra_body={"cache_prompt": False}) as stream:
         final = stream.get_final_response()
     assert final.output[0].type == "reasoning" and final.output[0].content[0].text == message.content[0].thinking
+
+
+def test_the_command_lines_template_variables(zoo):
+    """`run --chat --no-think` (or llama.cpp's --chat-template-kwargs) closes the block in the
+    prompt; serve's flags set the default a request's chat_template_kwargs overrides."""
+    from conftest import run_cli
+    from test_cli import assert_one_line_error
+
+    thinker = str(zoo.get(TinySpec(chat_template=THINKING), "thinker.gguf"))
+
+    def n_prompt(*flags):
+        r = run_cli("run", "-m", thinker, "--ngram", "--chat", "-p", "Hi", "-n", "2", "--threads", "1", "--json",
+                    *flags)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["stats"]["n_prompt"]
+
+    on = n_prompt()
+    assert n_prompt("--no-think") == n_prompt("--chat-template-kwargs", '{"enable_thinking": false}') > on
+    assert n_prompt("--chat-template-kwargs", '{"enable_thinking": true}') == on
+    for flags, match in ((["--chat-template-kwargs", "[1]"], "give a JSON object"),
+                         (["--chat-template-kwargs", "{oops"], "not JSON"),
+                         (["--chat-template-kwargs", '{"messages": []}'], "messages is set by localspec")):
+        assert_one_line_error(run_cli("run", "-m", thinker, "--chat", "-p", "Hi", *flags), 2, match)
+    assert_one_line_error(run_cli("run", "-m", thinker, "-p", "Hi", "--no-think"), 2, "--no-think needs --chat")
+
+
+def test_a_servers_default_template_variables(zoo):
+    from localspec.cli.options import template_variables
+
+    thinker = zoo.get(TinySpec(chat_template=THINKING), "thinker.gguf")
+    variables = template_variables({"no_think": True})
+    assert variables == {"enable_thinking": False}
+    with serving(thinker, drafter="ngram", n_ctx=512, model_id="thinker", template_variables=variables) as server:
+        off = _chat(server, grammar='root ::= "Blue."')
+        on = _chat(server, grammar='root ::= "Blue."', chat_template_kwargs={"enable_thinking": True})
+    assert off["usage"]["prompt_tokens"] > on["usage"]["prompt_tokens"]
+    assert off["choices"][0]["message"] == {"role": "assistant", "content": "Blue."}

@@ -22,6 +22,8 @@ from .options import (
     run_spec,
     sampling_options,
     second_draft,
+    template_options,
+    template_variables,
     tuned_settings,
 )
 
@@ -86,6 +88,7 @@ def choose_models(target: str | None, opts: dict):
               help="Target model (as TARGET): a .gguf file, a local model name or a pulled catalog alias.")
 @drafter_options()
 @click.option("--system", metavar="TEXT", help="System message.")
+@template_options()
 @click.option("-n", "--max-tokens", type=int, default=CHAT_DEFAULTS.max_tokens, show_default=True,
               help="Most tokens per answer.")
 @sampling_options(default_temp=0.8)
@@ -126,7 +129,7 @@ def chat(target, model, **opts) -> None:
     from ..chat.session import ChatSession
     from ..tui.app import LocalspecApp
 
-    session = ChatSession(choice, settings, system=opts["system"])
+    session = ChatSession(choice, settings, system=opts["system"], variables=template_variables(opts))
     app = LocalspecApp(session, save_dir=opts["save_dir"])
     app.run()
     if app.return_code:

@@ -11,6 +11,7 @@ llama.cpp's own flags are aliases where they mean the same thing (``-c``/``--ctx
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import click
 
 from ..engine import DrafterKind, RunSpec, SamplingConfig, SpecError
 from ..engine.kv_cache import CACHE_TYPES
+from ..engine.template import RESERVED
 from ..errors import BadInput
 from ..models.mtp_head import locate_mtp, parse_draft_arg
 
@@ -252,6 +254,40 @@ def rpc_config(opts: dict) -> dict:
             "rpc_draft": bool(opts.get("rpc_draft")), "tensor_split": shares}
 
 
+def template_options():
+    """Variables for the model's chat template: llama.cpp's ``--chat-template-kwargs`` and the
+    thinking switch most thinking models' templates read (``enable_thinking``)."""
+    return _opts(
+        click.option("--chat-template-kwargs", "template_kwargs", metavar="JSON",
+                     help="Variables for the model's chat template, e.g. '{\"enable_thinking\": false}'."),
+        click.option("--no-think", is_flag=True,
+                     help="Turn a thinking model's thinking off (its template's enable_thinking)."),
+    )
+
+
+def template_variables(opts: dict) -> dict | None:
+    """What :func:`template_options` asks for, as the chat template's variables (None: none).
+
+    Raises:
+        BadInput: the JSON is not an object, or sets a variable the renderer sets itself.
+    """
+    out: dict = {}
+    raw = opts.get("template_kwargs")
+    if raw:
+        try:
+            out = json.loads(raw)
+        except ValueError as exc:
+            raise BadInput(f"--chat-template-kwargs: not JSON ({exc})") from None
+        if not isinstance(out, dict):
+            raise BadInput("--chat-template-kwargs: give a JSON object, e.g. '{\"enable_thinking\": false}'")
+        taken = sorted(RESERVED & set(out))
+        if taken:
+            raise BadInput(f"--chat-template-kwargs: {', '.join(taken)} is set by localspec itself")
+    if opts.get("no_think"):
+        out["enable_thinking"] = False
+    return out or None
+
+
 def generation_options(default_temp: float):
     """The model (MODEL or -m), prompt, sampling, drafting and hardware options."""
     return _opts(
@@ -266,6 +302,7 @@ def generation_options(default_temp: float):
                      help="Read the prompt from a file."),
         click.option("--chat", is_flag=True, help="Wrap the prompt in the model's chat template."),
         click.option("--system", metavar="TEXT", help="System message (with --chat)."),
+        template_options(),
         click.option("-n", "--max-tokens", type=int, default=_SPEC.max_tokens, show_default=True,
                      help="Most tokens to generate (0: read the prompt only)."),
         click.option("--stop", multiple=True, metavar="TEXT", help="Stop string (repeatable)."),
@@ -409,6 +446,17 @@ def prepare(opts: dict) -> tuple[EngineConfig, RunSpec]:
 
 
 def read_prompt(opts: dict) -> str:
+    """The prompt's text (-p, -p - or -f), its chat flags checked before any model loads.
+
+    Raises:
+        BadInput: no prompt or two, a missing file, a chat flag without --chat, bad
+            --chat-template-kwargs.
+    """
+    for flag, key in (("--system", "system"), ("--chat-template-kwargs", "template_kwargs"),
+                      ("--no-think", "no_think")):
+        if opts.get(key) and not opts.get("chat"):
+            raise BadInput(f"{flag} needs --chat")
+    template_variables(opts)
     prompt, path = opts.get("prompt"), opts.get("prompt_file")
     if prompt is not None and path:
         raise BadInput("give the prompt with -p or -f, not both")
@@ -464,7 +512,5 @@ def prompt_tokens(engine, opts: dict, text: str) -> list[int]:
         if opts.get("system"):
             messages.append({"role": "system", "content": opts["system"]})
         messages.append({"role": "user", "content": text})
-        return engine.chat_prompt(messages)
-    if opts.get("system"):
-        raise BadInput("--system needs --chat")
+        return engine.chat_prompt(messages, template_variables(opts))
     return engine.tokenize(text)

@@ -26,6 +26,8 @@ from .options import (
     resolve_pair,
     run_spec,
     sampling_options,
+    template_options,
+    template_variables,
     tuned_settings,
 )
 
@@ -87,6 +89,7 @@ def _model_id(opts: dict, target_path: str) -> str:
                    "'*' for any. Off by default: any site a user visits could otherwise use the model through "
                    "their browser.")
 @sampling_options()
+@template_options()
 @hardware_options()
 @cascade_option()
 @click.option("--tui", is_flag=True, help="Watch the server in the terminal app (queue, speed, acceptance).")
@@ -134,7 +137,7 @@ def serve(**opts) -> None:
                             max_body=opts["max_body_mb"] << 20, model_id=_model_id(opts, pair.target),
                             log_level="warning" if opts["quiet"] or opts["tui"] else "info",
                             access_log=not (opts["quiet"] or opts["tui"]), strict_model=opts["strict_model"],
-                            cors=cors)
+                            cors=cors, template_variables=template_variables(opts))
     from ..engine import Engine
 
     with Engine(replace(engine_config(opts, pair, base), parallel=opts["parallel"])) as engine:

@@ -78,6 +78,7 @@ class ServerContext:
     max_body: int = 8 << 20
     strict_model: bool = False      # True: a request naming another model is a 404
     cors: tuple[str, ...] = ()      # origins allowed besides loopback ones; "*": any
+    template_variables: dict | None = None   # the chat template's variables by default (--no-think, ...)
     started: int = field(default_factory=lambda: int(time.time()))
 
     def refused(self, endpoint: str, error: ApiError) -> Response:
@@ -317,7 +318,7 @@ def _prompt(ctx: ServerContext, body: dict, kind: str, plan: tools.Plan, fit: bo
     engine = ctx.engine
     n_ctx = engine.target_ctx.n_ctx
     if kind == "chat":
-        variables = translate.template_variables(body)
+        variables = (ctx.template_variables or {}) | (translate.template_variables(body) or {}) or None
 
         def render(msgs: list[dict]) -> list[int]:
             return chat_tokens(engine.target_model, msgs, plan.tools, variables)

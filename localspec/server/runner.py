@@ -38,6 +38,7 @@ class ServerOptions:
     access_log: bool = True
     strict_model: bool = False       # a request naming another model is a 404 (default: answered)
     cors: tuple[str, ...] = ()       # browser origins allowed besides loopback ones; "*": any
+    template_variables: dict | None = None   # the chat template's variables a request does not set
 
 
 class OneLine(logging.Filter):
@@ -119,6 +120,7 @@ class Server:
         self.scheduler = Scheduler(engine, self.metrics, self.live, options.queue)  # port leaves none
         self.ctx = ServerContext(engine, self.scheduler, self.metrics, self.live, options.model_id,
                                  base, options.api_key, options.max_body, strict_model=options.strict_model,
+                                 template_variables=options.template_variables,
                                  cors=tuple(options.cors))
         self.port = self.sock.getsockname()[1]
         host = f"[{options.host}]" if ":" in options.host else options.host
