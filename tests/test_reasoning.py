@@ -64,8 +64,7 @@ def test_ollamas_thinking_lines_whole_and_streamed():
     done = Done(s, "hmm</think>\n\nHi.", (), StopReason.EOG)
 
     def shape():
-        inner = ollama_api.OllamaShape("m", chat=True)
-        return ThinkingShape(inner, True, inner.thinking, ollama_api.put_thinking)
+        return ThinkingShape(ollama_api.OllamaShape("m", chat=True), True)
 
     whole = shape().whole(done)
     assert whole["message"] == {"role": "assistant", "content": "Hi.", "thinking": "hmm"}
@@ -164,8 +163,7 @@ def test_anthropics_thinking_blocks_and_the_responses_apis_reasoning_items():
     pieces = ("hm", "m</th", "ink>\n", "\nHi", ".")
 
     def message_shape():
-        inner = anthropic.MessageShape("1", "m", 3)
-        return ThinkingShape(inner, True, inner.thinking, anthropic.put_thinking)
+        return ThinkingShape(anthropic.MessageShape("1", "m", 3), True)
 
     assert message_shape().whole(done)["content"] == [{"type": "thinking", "thinking": "hmm", "signature": ""},
                                                       {"type": "text", "text": "Hi."}]
@@ -177,8 +175,7 @@ def test_anthropics_thinking_blocks_and_the_responses_apis_reasoning_items():
     assert "".join(d.get("text", "") for d in deltas) == "Hi."
 
     def response_shape():
-        inner = responses_api.ResponseShape("1", "m", {})
-        return ThinkingShape(inner, True, inner.thinking, responses_api.put_reasoning)
+        return ThinkingShape(responses_api.ResponseShape("1", "m", {}), True)
 
     output = response_shape().whole(done)["output"]
     assert [o["type"] for o in output] == ["reasoning", "message"] and output[0]["content"] == [

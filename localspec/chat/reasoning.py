@@ -10,6 +10,8 @@ is whole, and a block never closed (the answer was cut) is all reasoning.
 
 from __future__ import annotations
 
+from ..engine.text import partial_tail
+
 OPEN, CLOSE = "<think>", "</think>"
 
 
@@ -22,14 +24,6 @@ def prompt_opens_thinking(model, prompt: list[int]) -> bool:
     """
     tail = b"".join(model.piece(t) for t in prompt[-8:]).decode("utf-8", errors="ignore")
     return tail.rstrip().endswith(OPEN)
-
-
-def _held(text: str, tag: str) -> int:
-    """How many characters at the end of ``text`` could be the start of ``tag``."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
 
 
 class ReasoningSplit:
@@ -65,7 +59,7 @@ class ReasoningSplit:
             elif self._state == "reasoning":
                 at = buf.find(CLOSE)
                 if at < 0:
-                    keep = _held(buf, CLOSE)
+                    keep = partial_tail(buf, CLOSE)
                     reasoning.append(buf[:len(buf) - keep])
                     self._buf = buf[len(buf) - keep:]
                     break

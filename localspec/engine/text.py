@@ -106,3 +106,13 @@ def stop_after(text: TextStream, piece: str, generated: int, max_tokens: int, t_
     if generated >= max_tokens:
         return StopReason.MAX_TOKENS
     return None
+
+
+def partial_tail(text: str, tag: str) -> int:
+    """How many characters at the end of ``text`` may be the start of ``tag`` (held back by a
+    reader that waits for the whole tag)."""
+    for n in range(min(len(tag) - 1, len(text)), 0, -1):
+        if tag.startswith(text[-n:]):
+            return n
+    return 0
+

@@ -47,11 +47,6 @@ _CUT = {StopReason.MAX_TOKENS: "max_tokens", StopReason.INDENT: "max_tokens", St
 THINKING_BLOCK = {"type": "thinking", "thinking": "", "signature": ""}
 
 
-def put_thinking(answer: dict, reasoning: str) -> None:
-    """A whole message's reasoning: a ``thinking`` block before the rest."""
-    answer["content"].insert(0, THINKING_BLOCK | {"thinking": reasoning})
-
-
 def error_body(err: ApiError) -> dict:
     """An error as Anthropic words it."""
     kind = _ERROR_TYPES.get(err.status, "api_error" if err.status >= 500 else "invalid_request_error")
@@ -321,6 +316,11 @@ class MessageShape:
         opened first)."""
         out = b"" if self._open == "thinking" else self._start("thinking", dict(THINKING_BLOCK))
         return out + self._delta({"type": "thinking_delta", "thinking": text})
+
+    @staticmethod
+    def put_thinking(answer: dict, reasoning: str) -> None:
+        """A whole message's reasoning: a ``thinking`` block before the rest."""
+        answer["content"].insert(0, THINKING_BLOCK | {"thinking": reasoning})
 
     def _blocks(self, events: list[tuple]) -> bytes:
         out = b""

@@ -410,37 +410,25 @@ async def _generate(ctx: ServerContext, request: Request, kind: str) -> Response
     if endpoint == "messages":
         shape = anthropic.MessageShape(job.id, ctx.model_id, len(prompt), plan.calls,
                                        lambda done: llama.stopping_word(ctx.engine, done, spec.stop))
-        shape = ThinkingShape(shape, opened, shape.thinking, anthropic.put_thinking)
     elif endpoint == "responses":
         shape = responses_api.ResponseShape(job.id, ctx.model_id, echo, plan.calls)
-        shape = ThinkingShape(shape, opened, shape.thinking, responses_api.put_reasoning)
     elif endpoint == "ollama":
         shape = ollama.OllamaShape(echo.get("model") or ctx.model_id, ollama_chat, plan.calls)
-        if reasoning:
-            shape = ThinkingShape(shape, opened, shape.thinking, ollama.put_thinking)
     elif kind in translate.NATIVE:
         shape = llama.Native(ctx.engine, spec, ctx.model_id, translate.completion_prompt(body) if kind == "completion"
                              else prompt, translate.n_predict(body), job, bool(body.get("return_tokens")), fields)
     else:
         shape = Shape(kind, job.id, ctx.model_id, translate.include_usage(body),
                       ctx.engine.target_model if n_logprobs is not None else None)
-        base = shape
         if plan.calls is not None:
             shape = tools.CallShape(shape, plan.calls)
-        if kind == "chat" and reasoning:
-            shape = ThinkingShape(shape, opened, lambda text, tokens: base.chunk(reasoning=text,
-                                                                                 logprobs=base.logprobs(tokens)),
-                                  put_reasoning)
+    if reasoning:              # (a chat answer: each API words a thinking model's reasoning)
+        shape = ThinkingShape(shape, opened)
     if stream:
         media = ollama.OllamaShape.media_type if endpoint == "ollama" else "text/event-stream"
         return StreamingResponse(_stream(ctx, job, shape), media_type=media,
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     return await _whole(ctx, request, job, shape, _render(endpoint))
-
-
-def put_reasoning(answer: dict, reasoning: str) -> None:
-    """A whole chat completion's reasoning, as llama-server words it."""
-    answer["choices"][0]["message"]["reasoning_content"] = reasoning
 
 
 def _shutdown_error(done: Done) -> ApiError:

@@ -216,8 +216,13 @@ class OllamaShape:
     def thinking(self, text: str, tokens=()) -> bytes:
         """A line of reasoning: ``message.thinking`` (chat) or ``thinking`` (generate)."""
         line = self._base("")
-        put_thinking(line, text)
+        self.put_thinking(line, text)
         return _line(line)
+
+    @staticmethod
+    def put_thinking(answer: dict, reasoning: str) -> None:
+        """Ollama's ``thinking``: in the message (chat) or beside the response (generate)."""
+        (answer["message"] if "message" in answer else answer)["thinking"] = reasoning
 
     def whole(self, done: Done, tokens=()) -> dict:
         text, calls = (self.reader.parse(done.text) if self.reader is not None else (done.text, []))
@@ -256,11 +261,6 @@ class OllamaShape:
     def _flush(self) -> bytes:
         call, self._pending = self._pending, None
         return _line(self._base("", [call])) if call is not None else b""
-
-
-def put_thinking(answer: dict, reasoning: str) -> None:
-    """Ollama's ``thinking``: in the message (chat) or beside the response (generate)."""
-    (answer["message"] if "message" in answer else answer)["thinking"] = reasoning
 
 
 def _size(n_params: int) -> str:

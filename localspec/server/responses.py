@@ -167,6 +167,15 @@ class Shape:
         """A piece of text, with its tokens' log-probabilities when asked for."""
         return self.chunk(text, logprobs=self.logprobs(tokens))
 
+    def thinking(self, text: str, tokens: list[Token] = ()) -> bytes:
+        """A piece of a thinking model's reasoning: llama-server's ``delta.reasoning_content``."""
+        return self.chunk(reasoning=text, logprobs=self.logprobs(tokens))
+
+    @staticmethod
+    def put_thinking(answer: dict, reasoning: str) -> None:
+        """A whole answer's reasoning: llama-server's ``message.reasoning_content``."""
+        answer["choices"][0]["message"]["reasoning_content"] = reasoning
+
     def tail(self, done: Done) -> list[bytes]:
         """The closing chunk, and the usage chunk when asked for."""
         out = [self.chunk(reason=done.stop_reason, s=done.summary)]

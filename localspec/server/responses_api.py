@@ -283,6 +283,11 @@ class ResponseShape:
         return out + self._next({"type": "response.reasoning_text.delta", "item_id": self._open["id"],
                                  "output_index": len(self._items) - 1, "content_index": 0, "delta": text})
 
+    @classmethod
+    def put_thinking(cls, answer: dict, reasoning: str) -> None:
+        """A whole response's reasoning: a reasoning item before the rest of the output."""
+        answer["output"].insert(0, cls.reasoning_item(reasoning))
+
     def _said(self, events: list[tuple]) -> bytes:
         out = b""
         for kind, value in events:
@@ -343,9 +348,4 @@ class ResponseShape:
             out = self._next({"type": "response.function_call_arguments.done", "item_id": item["id"],
                               "output_index": i, "name": item["name"], "arguments": item["arguments"]})
         return out + self._next({"type": "response.output_item.done", "output_index": i, "item": item})
-
-
-def put_reasoning(answer: dict, reasoning: str) -> None:
-    """A whole response's reasoning: a reasoning item before the rest of the output."""
-    answer["output"].insert(0, ResponseShape.reasoning_item(reasoning))
 

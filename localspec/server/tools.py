@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from ..engine import RunSpec, StopReason
 from ..engine.grammar import check_grammar, json_grammar, schema_grammar
+from ..engine.text import partial_tail
 from ..errors import BadInput
 from .errors import ApiError
 from .responses import sse
@@ -536,7 +537,7 @@ class CallStream:
             if not self._in_call:
                 i = self._held.find(_OPEN)
                 if i < 0:
-                    keep = 0 if final else _partial_tail(self._held, _OPEN)
+                    keep = 0 if final else partial_tail(self._held, _OPEN)
                     cut = len(self._held) - keep
                     events += self._content(self._held[:cut])
                     self._held = self._held[cut:]
@@ -641,14 +642,6 @@ def _mode(s: str, fmt: str) -> str | None:
     return "hermes" if fmt == HERMES else "text"
 
 
-def _partial_tail(text: str, tag: str) -> int:
-    """How many characters at the end of ``text`` may be the start of ``tag``."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
-
-
 # -- the response -----------------------------------------------------------------------------
 
 class CallShape:
@@ -674,6 +667,12 @@ class CallShape:
 
     def error(self, err) -> bytes:
         return self.shape.error(err)
+
+    def thinking(self, text: str, tokens=()) -> bytes:
+        return self.shape.thinking(text, tokens)
+
+    def put_thinking(self, answer: dict, reasoning: str) -> None:
+        self.shape.put_thinking(answer, reasoning)
 
     def piece(self, text: str, tokens=()) -> bytes:
         return self._events(self._stream.feed(text))
