@@ -38,7 +38,9 @@ FLAGS = {"temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p
          "p_min": "--p-min", "max_tokens": "--max-tokens", "stop": "--stop", "drafter": "--drafter",
          "cascade": "--cascade", "repeat_penalty": "--repeat-penalty", "repeat_last_n": "--repeat-last-n",
          "presence_penalty": "--presence-penalty", "frequency_penalty": "--frequency-penalty",
-         "logit_bias": "--logit-bias"}
+         "logit_bias": "--logit-bias", "dry_multiplier": "--dry-multiplier", "dry_base": "--dry-base",
+         "dry_allowed_length": "--dry-allowed-length", "dry_penalty_last_n": "--dry-penalty-last-n",
+         "dry_sequence_breakers": "--dry-sequence-breaker"}
 
 
 def resolve_model(arg: str, what: str) -> str:
@@ -191,6 +193,17 @@ def sampling_options(default_temp: float = _SAMPLING.temperature):
         click.option("--logit-bias", "logit_bias", multiple=True, metavar="ID(+/-)BIAS",
                      help="Add BIAS to token ID's logit, as llama.cpp's: 15043+1, 15043-1, 15043-inf "
                           "(never). Repeatable."),
+        click.option("--dry-multiplier", type=float, default=_SAMPLING.dry_multiplier, show_default=True,
+                     help="DRY: penalize tokens that extend a repeat (0 turns it off; 0.8 is usual)."),
+        click.option("--dry-base", type=float, default=_SAMPLING.dry_base, show_default=True,
+                     help="DRY: the penalty grows by this factor per repeated token."),
+        click.option("--dry-allowed-length", type=int, default=_SAMPLING.dry_allowed_length, show_default=True,
+                     help="DRY: repeats up to this long go unpenalized."),
+        click.option("--dry-penalty-last-n", type=int, default=_SAMPLING.dry_penalty_last_n, show_default=True,
+                     help="DRY: how many last tokens it looks at (-1: all, 0: off)."),
+        click.option("--dry-sequence-breaker", "dry_breakers", multiple=True, metavar="TEXT",
+                     help="DRY: a text that ends repeats (repeatable; replaces the defaults \\n : \" *; "
+                          "'none': no breakers)."),
         click.option("--draft-temp", type=float, default=None,
                      help="Draft temperature (default: same as --temp); stays lossless."),
         click.option("--draft-max", type=int, default=_SPEC.draft_max, show_default=True,
@@ -369,7 +382,12 @@ def run_spec(opts: dict, drafter: DrafterKind, tuned: dict | None = None) -> Run
                   max_tokens=opts["max_tokens"], stop=tuple(opts.get("stop") or ()),
                   repeat_penalty=opts["repeat_penalty"], repeat_last_n=opts["repeat_last_n"],
                   presence_penalty=opts["presence_penalty"], frequency_penalty=opts["frequency_penalty"],
-                  logit_bias=logit_bias(opts.get("logit_bias") or ()))
+                  logit_bias=logit_bias(opts.get("logit_bias") or ()),
+                  dry_multiplier=opts["dry_multiplier"], dry_base=opts["dry_base"],
+                  dry_allowed_length=opts["dry_allowed_length"], dry_penalty_last_n=opts["dry_penalty_last_n"])
+    breakers = opts.get("dry_breakers") or ()
+    if breakers:          # (llama.cpp's: given ones replace the defaults, "none" clears them)
+        values["dry_sequence_breakers"] = () if tuple(breakers) == ("none",) else tuple(breakers)
     if tuned:
         values.update(tuned)
     if opts.get("cascade") is not None:

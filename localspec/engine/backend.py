@@ -323,6 +323,7 @@ class Model(NativeHandle):
         on_device = gpu_offload_supported() if self.rpc else offload
         self.output_on_device = on_device and (gpu_layers < 0 or gpu_layers > n_layer)
         self._pieces: dict[int, bytes] = {}
+        self._texts: list[bytes] | None = None
         self._template: list[str | None] = []     # the chat template, once read
         self._eog = np.zeros(self.n_vocab, dtype=bool)
         for t in range(self.n_vocab):
@@ -385,6 +386,23 @@ class Model(NativeHandle):
 
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def texts(self) -> list[bytes]:
+        """Every token's bytes as llama.cpp detokenizes it with special tokens shown (what its
+        DRY sampler matches sequence breakers against); read once (the whole vocabulary)."""
+        if self._texts is None:
+            buf = ctypes.create_string_buffer(256)
+            out = []
+            for token in range(self.n_vocab):
+                n = ll.llama_token_to_piece(self.vocab, token, buf, 256, 0, True)
+                if n < 0:
+                    big = ctypes.create_string_buffer(-n)
+                    n = ll.llama_token_to_piece(self.vocab, token, big, -n, 0, True)
+                    out.append(big.raw[:max(n, 0)])
+                else:
+                    out.append(buf.raw[:n])
+            self._texts = out
+        return self._texts
 
     def token_text(self, token: int) -> str:
         """The vocabulary's own text for a token (special tokens included)."""

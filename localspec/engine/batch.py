@@ -37,7 +37,7 @@ from .backend import Context
 from .drafters import NgramDrafter, common_prefix, pick
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
 from .outputs import LogitRows, target_dist, token_logprobs
-from .penalties import check_vocabulary, penalized, penalized_last
+from .penalties import penalized, penalized_last, prepared
 from .policy.batch import BatchGuard
 from .sampling import Dist, speculative_accept
 from .spec import DrafterKind, RunSpec
@@ -353,7 +353,7 @@ class BatchRunner:
             raise BadInput("no draft model is loaded: give one (-d DRAFT), or use n-gram or no drafting")
         if not prompt:
             raise BadInput("the prompt is empty")
-        check_vocabulary(spec.sampling, self.model.n_vocab)
+        spec = spec.with_(sampling=prepared(spec.sampling, self.model))
         n_ctx = self.target.ctx.n_ctx
         if len(prompt) >= n_ctx:
             raise ContextOverflow(f"the prompt is {len(prompt)} tokens but the context holds {n_ctx}; "

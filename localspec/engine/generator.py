@@ -22,7 +22,7 @@ from .drafters import Draft, Drafter, ModelDrafter, NoDrafter, common_prefix
 from .events import Done, Event, Origin, PolicyNote, PromptProcessed, Step, StopReason, TextChunk, Token
 from .grammar import Grammar
 from .outputs import chain_for, target_dist, token_logprobs
-from .penalties import check_vocabulary, penalized
+from .penalties import penalized, prepared
 from .policy import Policy
 from .sampling import Dist, speculative_accept
 from .spec import RunSpec
@@ -62,14 +62,13 @@ class Generator:
 
     def _generate(self, prompt: list[int], spec: RunSpec, policy: Policy,
                   cancel: threading.Event | None) -> Iterator[Event]:
-        sampling = spec.sampling
         max_tokens = spec.max_tokens
         stop = spec.stop
         tgt = self.target
         model = tgt.model
         if not prompt:
             raise BadInput("the prompt is empty")
-        check_vocabulary(sampling, model.n_vocab)
+        sampling = prepared(spec.sampling, model)
         if len(prompt) >= tgt.n_ctx:
             raise ContextOverflow(
                 f"the prompt is {len(prompt)} tokens but the context holds {tgt.n_ctx}; "

@@ -1,10 +1,11 @@
-"""llama.cpp's logit bias and repetition penalties on the target's rows, per position.
+"""llama.cpp's logit bias, repetition penalties and DRY on the target's rows, per position.
 
-llama.cpp runs these two samplers first in its chain: each biased token's logit moves by its
+llama.cpp runs these samplers first in its chain: each biased token's logit moves by its
 bias, then every token among the last ``repeat_last_n`` of the sequence (prompt included, as
 llama-server feeds it) has its logit divided by ``repeat_penalty`` (multiplied where it is
 not positive) and lowered by ``frequency_penalty`` per occurrence and ``presence_penalty``
-once. The rest of the chain (top-k ... temperature, a grammar) then runs on the changed row.
+once, then DRY lowers the tokens that would extend a repeat (:mod:`.dry`). The rest of the
+chain (top-k ... temperature, a grammar) then runs on the changed row.
 
 Speculation stays lossless: row ``j`` of a verify batch is judged with the sequence so far
 plus the first ``j`` draft tokens as its history, which is the history that row would have
@@ -14,20 +15,25 @@ propose from their own unpenalized rows; the target's penalized choice decides.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..errors import BadInput
+from .dry import dry_penalties, restart_sequences
 from .outputs import LogitRows
 from .sampling_config import SamplingConfig
 
 
-def penalize(row: np.ndarray, window: list[int], cfg: SamplingConfig) -> np.ndarray:
-    """A copy of one row of logits with ``cfg``'s logit bias and penalties applied.
+def penalize(row: np.ndarray, window: list[int], cfg: SamplingConfig,
+             dry_window: np.ndarray | list[int] | None = None) -> np.ndarray:
+    """A copy of one row of logits with ``cfg``'s logit bias, penalties and DRY applied.
 
     Args:
         row: the target's logits at one position.
         window: the tokens the penalties look back on (the last ``repeat_last_n``).
-        cfg: the run's sampling settings.
+        cfg: the run's sampling settings (DRY's breakers resolved: :func:`prepared`).
+        dry_window: the tokens DRY looks back on (the last ``dry_penalty_last_n``).
     Returns:
         A new float32 array.
     """
@@ -43,6 +49,11 @@ def penalize(row: np.ndarray, window: list[int], cfg: SamplingConfig) -> np.ndar
         x = out[ids]
         x = np.where(x <= 0, x * cfg.repeat_penalty, x / cfg.repeat_penalty)
         out[ids] = x - counts * cfg.frequency_penalty - cfg.presence_penalty
+    if cfg.dry and dry_window is not None and len(dry_window):
+        ids, amounts = dry_penalties(dry_window, cfg.dry_multiplier, cfg.dry_base, cfg.dry_allowed_length,
+                                     cfg.dry_restarts)
+        inside = ids < n
+        out[ids[inside]] -= amounts[inside]
     return out
 
 
@@ -56,13 +67,15 @@ def window(history: list[int], drafts: list[int], j: int, last_n: int) -> list[i
 
 
 class _Rows:
-    """Penalized rows, worked out when first read: ``x[j]`` and ``x[j, :limit]``."""
+    """Penalized rows, worked out when first read: ``x[j]`` and ``x[j, :limit]`` (row ``j``
+    follows ``history`` and ``drafts[:j + offset]``)."""
 
-    __slots__ = ("raw", "history", "drafts", "cfg", "_done")
+    __slots__ = ("raw", "history", "drafts", "cfg", "offset", "_done", "_dry_history")
 
-    def __init__(self, raw: np.ndarray, history: list[int], drafts: list[int], cfg: SamplingConfig):
-        self.raw, self.history, self.drafts, self.cfg = raw, history, drafts, cfg
+    def __init__(self, raw: np.ndarray, history: list[int], drafts: list[int], cfg: SamplingConfig, offset: int = 0):
+        self.raw, self.history, self.drafts, self.cfg, self.offset = raw, history, drafts, cfg, offset
         self._done: dict[int, np.ndarray] = {}
+        self._dry_history: np.ndarray | None = None
 
     def __len__(self) -> int:
         return self.raw.shape[0]
@@ -71,9 +84,23 @@ class _Rows:
         j, cut = (key if isinstance(key, tuple) else (key, slice(None)))
         row = self._done.get(j)
         if row is None:
-            row = self._done[j] = penalize(self.raw[j], window(self.history, self.drafts, j, self.cfg.repeat_last_n),
-                                           self.cfg)
+            cfg, at = self.cfg, j + self.offset
+            row = self._done[j] = penalize(self.raw[j], window(self.history, self.drafts, at, cfg.repeat_last_n),
+                                           cfg, self._dry_window(at) if cfg.dry else None)
         return row[cut]
+
+    def _dry_window(self, at: int) -> np.ndarray:
+        """DRY's window for the row after ``drafts[:at]``: the history is made an array once
+        for all the rows of a batch."""
+        last = self.cfg.dry_penalty_last_n
+        if self._dry_history is None:
+            self._dry_history = np.asarray(self.history if last < 0 else self.history[-last:], dtype=np.int64)
+        w = self._dry_history
+        if at:
+            w = np.concatenate((w, np.asarray(self.drafts[:at], dtype=np.int64)))
+            if 0 <= last < len(w):
+                w = w[-last:]
+        return w
 
 
 class PenalizedRows(LogitRows):
@@ -84,8 +111,8 @@ class PenalizedRows(LogitRows):
 
     __slots__ = ()
 
-    def __init__(self, raw: np.ndarray, history: list[int], drafts: list[int], cfg: SamplingConfig):
-        self.x = _Rows(raw if raw.ndim == 2 else raw.reshape(1, -1), history, drafts, cfg)
+    def __init__(self, raw: np.ndarray, history: list[int], drafts: list[int], cfg: SamplingConfig, offset: int = 0):
+        self.x = _Rows(raw if raw.ndim == 2 else raw.reshape(1, -1), history, drafts, cfg, offset)
 
     def __len__(self) -> int:
         return len(self.x)
@@ -104,11 +131,20 @@ def penalized_last(rows, history: list[int], drafts: list[int], cfg: SamplingCon
     the target's penalties allow (rejection sampling takes any proposal distribution)."""
     if not cfg.penalized:
         return rows
-    return PenalizedRows(rows.x[-1:], window(history, drafts, len(drafts), cfg.repeat_last_n), [], cfg)
+    return PenalizedRows(rows.x[-1:], history, drafts, cfg, offset=len(drafts))
 
 
-def check_vocabulary(cfg: SamplingConfig, n_vocab: int) -> None:
-    """Raises BadInput for a biased token the target's vocabulary (``n_vocab`` ids) lacks."""
+def prepared(cfg: SamplingConfig, model) -> SamplingConfig:
+    """``cfg`` checked against the target and ready to judge its rows: DRY's breakers as its
+    tokens (worked out once per model).
+
+    Raises:
+        BadInput: a biased token the target's vocabulary lacks.
+    """
+    n_vocab = model.n_vocab
     bad = [t for t, _ in cfg.logit_bias if t >= n_vocab]
     if bad:
         raise BadInput(f"logit_bias: token {bad[0]} is not in the model's vocabulary (ids 0 to {n_vocab - 1})")
+    if cfg.dry and cfg.dry_sequence_breakers:
+        return replace(cfg, dry_restarts=restart_sequences(model, cfg.dry_sequence_breakers))
+    return cfg

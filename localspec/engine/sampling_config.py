@@ -5,7 +5,9 @@ command line, RunSpec) does not load numpy."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+DRY_BREAKERS = ("\n", ":", "\"", "*")     # llama.cpp's default DRY sequence breakers
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,18 @@ class SamplingConfig:
     repeat_last_n: int = 64
     frequency_penalty: float = 0.0
     presence_penalty: float = 0.0
+    # llama.cpp's DRY sampler, after the penalties (engine/dry.py): a token that would extend a
+    # repeat of at least dry_allowed_length tokens among the last dry_penalty_last_n (-1: all,
+    # 0: off) loses dry_multiplier * dry_base ** (length - dry_allowed_length); repeats end at
+    # the sequence breakers. dry_multiplier 0: off.
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1
+    dry_sequence_breakers: tuple[str, ...] = DRY_BREAKERS
+    # The breakers as the target's tokens (engine/dry.py's restart sequences): set by the
+    # engine when a run starts, never by a caller.
+    dry_restarts: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self):
         # Pairs from a dict or lists too (JSON); a bias of false is -inf, as llama-server has it.
@@ -37,15 +51,22 @@ class SamplingConfig:
         pairs = (tuple(p) if isinstance(p, (list, tuple)) else p for p in bias)
         object.__setattr__(self, "logit_bias", tuple(
             (p[0], -math.inf) if isinstance(p, tuple) and len(p) == 2 and p[1] is False else p for p in pairs))
+        if isinstance(self.dry_sequence_breakers, list):
+            object.__setattr__(self, "dry_sequence_breakers", tuple(self.dry_sequence_breakers))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
     @property
+    def dry(self) -> bool:
+        """Whether DRY is on (llama.cpp's rule: a multiplier, a base of 1 or more, a window)."""
+        return self.dry_multiplier != 0.0 and self.dry_base >= 1.0 and self.dry_penalty_last_n != 0
+
+    @property
     def penalized(self) -> bool:
-        """Whether a logit bias or a penalty changes the target's rows (they are then read whole)."""
-        return bool(self.logit_bias) or (self.repeat_last_n != 0 and (
+        """Whether a logit bias, a penalty or DRY changes the target's rows (they are then read whole)."""
+        return bool(self.logit_bias) or self.dry or (self.repeat_last_n != 0 and (
             self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0))
 
     def for_draft(self) -> SamplingConfig:
@@ -60,4 +81,7 @@ class SamplingConfig:
                 "draft_temperature": self.draft_temperature, "infill": self.infill,
                 "logit_bias": [[t, False if b == -math.inf else b] for t, b in self.logit_bias],
                 "repeat_penalty": self.repeat_penalty, "repeat_last_n": self.repeat_last_n,
-                "frequency_penalty": self.frequency_penalty, "presence_penalty": self.presence_penalty}
+                "frequency_penalty": self.frequency_penalty, "presence_penalty": self.presence_penalty,
+                "dry_multiplier": self.dry_multiplier, "dry_base": self.dry_base,
+                "dry_allowed_length": self.dry_allowed_length, "dry_penalty_last_n": self.dry_penalty_last_n,
+                "dry_sequence_breakers": list(self.dry_sequence_breakers)}

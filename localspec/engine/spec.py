@@ -199,6 +199,14 @@ def _penalties(s: SamplingConfig) -> None:
     for name in ("frequency_penalty", "presence_penalty"):
         if not _finite(getattr(s, name)):
             raise SpecError(name, f"must be a number (got {getattr(s, name)!r})")
+    if not (_finite(s.dry_multiplier) and s.dry_multiplier >= 0):
+        raise SpecError("dry_multiplier", f"must be >= 0 (0 turns DRY off; got {s.dry_multiplier!r})")
+    if not (_finite(s.dry_base) and s.dry_base >= 1):
+        raise SpecError("dry_base", f"must be >= 1 (got {s.dry_base!r})")
+    _int_at_least("dry_allowed_length", s.dry_allowed_length, 0)
+    _int_at_least("dry_penalty_last_n", s.dry_penalty_last_n, -1, " (-1: the whole context, 0: off)")
+    if not (isinstance(s.dry_sequence_breakers, tuple) and all(isinstance(b, str) for b in s.dry_sequence_breakers)):
+        raise SpecError("dry_sequence_breakers", f"must be a list of strings (got {s.dry_sequence_breakers!r})")
     for pair in s.logit_bias:
         ok = isinstance(pair, tuple) and len(pair) == 2
         if not (ok and isinstance(pair[0], int) and not isinstance(pair[0], bool) and pair[0] >= 0

@@ -27,7 +27,8 @@ from .errors import ApiError
 
 # Top-level sampling fields, under their OpenAI names (also RunSpec's).
 SAMPLING = ("temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty",
-            "repeat_penalty", "repeat_last_n")
+            "repeat_penalty", "repeat_last_n", "dry_multiplier", "dry_base", "dry_allowed_length",
+            "dry_penalty_last_n", "dry_sequence_breakers")
 
 # Keys of the "speculative" object (also sent flat, llama-server's way: "speculative.n_max")
 # and the RunSpec field each sets; n_max and n_min are llama-server's names.
@@ -48,7 +49,7 @@ _UNSUPPORTED = {"functions": (None, []), "echo": (None, False),
 # llama-server's sampler switches this server does not have: accepted at their "off" value
 # (llama.cpp's default), refused otherwise.
 _LLAMA_OFF = {"typical_p": (None, 1, 1.0), "typ_p": (None, 1, 1.0),
-              "dynatemp_range": (None, 0, 0.0), "xtc_probability": (None, 0, 0.0), "dry_multiplier": (None, 0, 0.0),
+              "dynatemp_range": (None, 0, 0.0), "xtc_probability": (None, 0, 0.0),
               "mirostat": (None, 0), "top_n_sigma": (None, -1, -1.0), "min_keep": (None, 0),
               "ignore_eos": (None, False), "timings_per_token": (None, False), "post_sampling_probs": (None, False),
               "return_tokens": (None, False), "lora": (None, []),
@@ -56,9 +57,7 @@ _LLAMA_OFF = {"typical_p": (None, 1, 1.0), "typ_p": (None, 1, 1.0),
 
 # llama-server's fields that only tune one of those switches: no effect while it is off.
 _LLAMA_TUNING = {"dynatemp_exponent": "dynatemp_range", "xtc_threshold": "xtc_probability",
-                 "dry_base": "dry_multiplier",
-                 "dry_allowed_length": "dry_multiplier", "dry_penalty_last_n": "dry_multiplier",
-                 "dry_sequence_breakers": "dry_multiplier", "mirostat_tau": "mirostat", "mirostat_eta": "mirostat"}
+                 "mirostat_tau": "mirostat", "mirostat_eta": "mirostat"}
 
 # The fields every generating endpoint honours, besides the prompt's own field.
 _HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "localspec", "max_tokens",
@@ -198,7 +197,9 @@ def _samplers(samplers: object) -> dict:
         raise ApiError(400, "samplers: localspec serve applies top_k, top_p, min_p, temperature, infill in that "
                             "order (leave one out to turn it off)", param="samplers")
     penalties = {} if "e" in letters else _PENALTIES_OFF
-    return {name: off for c, (name, off) in _LEFT_OUT.items() if c not in ours} | {"infill": "i" in ours} | penalties
+    dry = {} if "d" in letters else {"dry_multiplier": 0.0}
+    return ({name: off for c, (name, off) in _LEFT_OUT.items() if c not in ours} | {"infill": "i" in ours}
+            | penalties | dry)
 
 
 def _logit_bias(value: object) -> list:
