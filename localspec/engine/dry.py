@@ -80,21 +80,12 @@ def dry_penalties(window: np.ndarray | list[int], multiplier: float, base: float
     if n <= allowed:
         return none
     w = np.asarray(window, dtype=np.int64)
-    limit = _repeat_limit(w, restarts)
+    tables = _tables(restarts)
+    limit = _repeat_limit(w, tables)
     if limit < allowed:
         return none
-    # The longest common suffix of w[:i + 1] and w, for every i before the last (capped at limit).
+    lengths = _repeats(w, limit)
     last = n - 1
-    cand = np.flatnonzero(w[:last] == w[last])
-    lengths = np.zeros(n, dtype=np.int64)
-    length = 0
-    while cand.size and length < limit:
-        length += 1
-        lengths[cand] = length
-        back = cand - length
-        ok = back >= 0
-        cand = cand[ok]
-        cand = cand[w[back[ok]] == w[last - length]]
     hit = np.flatnonzero(lengths[:last] >= allowed)
     if not hit.size:
         return none
@@ -103,10 +94,8 @@ def dry_penalties(window: np.ndarray | list[int], multiplier: float, base: float
     tokens, reps = tokens[order], reps[order]
     keep = np.append(tokens[1:] != tokens[:-1], True)
     tokens, reps = tokens[keep], reps[keep]
-    singles = {head for head, tail in restarts if not tail}
-    if singles:
-        mask = ~np.isin(tokens, np.fromiter(singles, dtype=np.int64))
-        tokens, reps = tokens[mask], reps[mask]
+    keep = ~_member(tokens, tables.single)           # a single-token breaker is never penalized
+    tokens, reps = tokens[keep], reps[keep]
     exponent = reps - allowed
     base32 = float(np.float32(base))
     if base32 > 1.000001:       # (in float, as llama.cpp works it out)
@@ -115,20 +104,80 @@ def dry_penalties(window: np.ndarray | list[int], multiplier: float, base: float
     return tokens, amount
 
 
-def _repeat_limit(w: np.ndarray, restarts: Restarts) -> int:
+def _repeats(w: np.ndarray, limit: int) -> np.ndarray:
+    """For every position i before the last, the longest common suffix of ``w[:i + 1]`` and
+    ``w`` (at most ``limit``): what llama.cpp's Z-algorithm works out. Candidates are narrowed
+    a token at a time while there are many, then each is measured in one comparison."""
+    n = len(w)
+    last = n - 1
+    lengths = np.zeros(n, dtype=np.int64)
+    cand = np.flatnonzero(w[:last] == w[last])
+    length = 1 if cand.size else 0
+    lengths[cand] = length
+    while cand.size > 16 and length < limit:
+        back = cand - length
+        ok = back >= 0
+        cand = cand[ok]
+        cand = cand[w[back[ok]] == w[last - length]]
+        length += 1
+        lengths[cand] = length
+    rev = w[::-1]                                    # rev[k] = w[last - k]
+    for i in cand.tolist():
+        m = min(limit, i + 1)
+        if m <= length:
+            continue
+        differ = np.flatnonzero(rev[length:m] != rev[last - i + length:last - i + m])
+        lengths[i] = length + (int(differ[0]) if differ.size else m - length)
+    return lengths
+
+
+class _Tables:
+    """A restart set as lookups: which tokens are heads (and their tails), which are single-token breakers."""
+
+    __slots__ = ("head", "tails", "single")
+
+    def __init__(self, restarts: Restarts):
+        size = max((h for h, _ in restarts), default=-1) + 1
+        self.head = np.zeros(size, dtype=bool)
+        self.single = np.zeros(size, dtype=bool)
+        self.tails: dict[int, list[tuple[int, ...]]] = {}
+        for head, tail in restarts:
+            self.head[head] = True
+            self.single[head] |= not tail
+            self.tails.setdefault(head, []).append(tail)
+
+
+_TABLES: dict[int, tuple[Restarts, _Tables]] = {}
+
+
+def _tables(restarts: Restarts) -> _Tables:
+    """The lookups of a restart set, built once (the set is the one :func:`restart_sequences`
+    keeps for its model)."""
+    kept = _TABLES.get(id(restarts))
+    if kept is None or kept[0] is not restarts:
+        if len(_TABLES) > 64:
+            _TABLES.clear()
+        kept = _TABLES[id(restarts)] = (restarts, _Tables(restarts))
+    return kept[1]
+
+
+def _member(tokens: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``table[tokens]``, False for tokens beyond it."""
+    out = np.zeros(tokens.shape, dtype=bool)
+    inside = tokens < table.shape[0]
+    out[inside] = table[tokens[inside]]
+    return out
+
+
+def _repeat_limit(w: np.ndarray, tables: _Tables) -> int:
     """How far back a repeat may reach: up to the nearest restart sequence from the end (the
     longest one whose head is there), or the whole window."""
     n = len(w)
-    if not restarts:
-        return n
-    heads = np.fromiter({h for h, _ in restarts}, dtype=np.int64)
-    tails: dict[int, list[tuple[int, ...]]] = {}
-    for head, tail in restarts:
-        tails.setdefault(head, []).append(tail)
-    for pos in np.flatnonzero(np.isin(w, heads))[::-1]:
-        i = n - 1 - int(pos)                          # tokens from the end
+    for pos in np.flatnonzero(_member(w, tables.head))[::-1]:     # (the nearest usually ends it)
+        pos = int(pos)
+        i = n - 1 - pos                               # tokens from the end
         best = -1
-        for tail in tails[int(w[pos])]:
+        for tail in tables.tails[int(w[pos])]:
             size = len(tail)
             if best < size <= i and all(tail[k] == w[pos + k + 1] for k in range(size)):
                 best = size
