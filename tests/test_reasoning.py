@@ -122,6 +122,17 @@ def test_thinking_turned_off_through_the_template(thinker):
     assert off["usage"]["prompt_tokens"] > on["usage"]["prompt_tokens"]
     assert off["choices"][0]["message"] == {"role": "assistant", "content": "Blue."}
     assert on["choices"][0]["message"]["reasoning_content"] == "Blue."     # (never closed: all reasoning)
+    # OpenAI's reasoning_effort: "none" is thinking off; another reaches the template (which ignores it).
+    none = _chat(thinker, grammar='root ::= "Blue."', reasoning_effort="none")
+    high = _chat(thinker, grammar='root ::= "Blue."', reasoning_effort="high")
+    assert none["usage"]["prompt_tokens"] == off["usage"]["prompt_tokens"]
+    assert high["usage"]["prompt_tokens"] == on["usage"]["prompt_tokens"]
+    status, _, bad = request(thinker, "POST", "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "max"})
+    assert status == 400 and bad["error"]["param"] == "reasoning_effort"
+    counted = [request(thinker, "POST", "/v1/responses/input_tokens", {"input": "Hi"} | extra)[2]["input_tokens"]
+               for extra in ({}, {"reasoning": {"effort": "none"}})]
+    assert counted[1] > counted[0]
     lines = _ndjson(thinker, "/api/chat", {"model": "thinker", "messages": [{"role": "user", "content": "Hi"}],
                                           "think": False, "options": {"temperature": 0, "num_predict": 4}})
     status, _, thinking = request(thinker, "POST", "/api/chat", {

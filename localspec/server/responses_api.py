@@ -28,9 +28,9 @@ from .responses import answered_by, timings, typed_sse
 # Fields read, and fields taken without effect (nothing here stores, moderates or bills).
 _FIELDS = {"model", "input", "instructions", "max_output_tokens", "temperature", "top_p", "tools", "tool_choice",
            "parallel_tool_calls", "stream", "text", "user", "speculative", "localspec", "cache_prompt", "top_k",
-           "min_p", "seed"}
+           "min_p", "seed", "reasoning"}
 _NO_EFFECT = {"store", "metadata", "safety_identifier", "prompt_cache_key", "service_tier", "truncation",
-              "reasoning", "background", "include", "stream_options", "prompt_cache_retention"}
+              "background", "include", "stream_options", "prompt_cache_retention"}
 _CUT = (StopReason.MAX_TOKENS, StopReason.CONTEXT_FULL, StopReason.INDENT, StopReason.TIME_LIMIT)
 
 
@@ -63,6 +63,12 @@ def to_chat(body: dict) -> dict:
             chat[key] = body[key]
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
+    reasoning = body.get("reasoning")
+    if reasoning is not None:           # (its effort as the chat route's reasoning_effort; a summary is not made)
+        if not isinstance(reasoning, dict) or not set(reasoning) <= {"effort", "summary", "generate_summary"}:
+            raise _bad("takes effort and summary only", "reasoning")
+        if reasoning.get("effort") is not None:
+            chat["reasoning_effort"] = reasoning["effort"]
     if body.get("tools") is not None:
         chat["tools"] = _tools(body["tools"])
     if body.get("tool_choice") is not None:

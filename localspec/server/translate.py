@@ -64,8 +64,11 @@ _HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "l
              "max_completion_tokens", "n_predict", "cache_prompt", "id_slot", "samplers", "user",
              "parallel_tool_calls", "response_format", "tools", "tool_choice", "grammar", "json_schema",
              "logprobs", "top_logprobs", "n_probs", "n_indent", "t_max_predict_ms", "t_max_prompt_ms", "logit_bias",
-             "reasoning_format", "chat_template_kwargs", *SAMPLING}
+             "reasoning_format", "chat_template_kwargs", "reasoning_effort", *SAMPLING}
 
+# OpenAI's reasoning efforts: the template's reasoning_effort (gpt-oss reads it); "none" turns
+# thinking off (enable_thinking, which Qwen's templates read).
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 # llama-server's reasoning formats: whether a thinking model's reasoning comes apart from the reply.
 _REASONING = {"auto": True, "deepseek": True, "none": False}
 
@@ -491,19 +494,28 @@ def reasoning_apart(body: dict) -> bool:
 
 def template_variables(body: dict) -> dict | None:
     """llama-server's ``chat_template_kwargs``: more variables for the chat template (such as
-    ``enable_thinking``).
+    ``enable_thinking``); OpenAI's ``reasoning_effort`` becomes the template's (and "none" turns
+    thinking off), under what ``chat_template_kwargs`` sets.
 
     Raises:
-        ApiError: 400, not an object of names, or a name the template gets from the server.
+        ApiError: 400, not an object of names, a name the template gets from the server, an
+            effort OpenAI does not name.
     """
+    effort = body.get("reasoning_effort")
+    base: dict = {}
+    if effort is not None:
+        if effort not in _EFFORTS:
+            raise ApiError(400, f"reasoning_effort must be one of {', '.join(_EFFORTS)} (got {effort!r})",
+                           param="reasoning_effort")
+        base = {"reasoning_effort": effort} | ({"enable_thinking": False} if effort == "none" else {})
     extra = body.get("chat_template_kwargs")
     if extra is None:
-        return None
+        return base or None
     if not isinstance(extra, dict):
         raise ApiError(400, "chat_template_kwargs must be an object", param="chat_template_kwargs")
     taken = sorted(RESERVED & set(extra))
     if taken:
         raise ApiError(400, f"chat_template_kwargs may not set {', '.join(taken)} (the server does)",
                        param="chat_template_kwargs")
-    return extra
+    return base | extra
 
