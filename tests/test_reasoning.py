@@ -238,6 +238,10 @@ def test_the_command_lines_template_variables(zoo):
         return json.loads(r.stdout)["stats"]["n_prompt"]
 
     on = n_prompt()
+    r = run_cli("run", "-m", thinker, "--ngram", "--chat", "-p", "Hi", "-n", "3", "--threads", "1", "--json",
+                "--temp", "0")
+    out = json.loads(r.stdout)
+    assert out["reasoning"] == out["text"].lstrip() and out["reply"] == ""     # (the block the template opened)
     assert n_prompt("--no-think") == n_prompt("--chat-template-kwargs", '{"enable_thinking": false}') > on
     assert n_prompt("--chat-template-kwargs", '{"enable_thinking": true}') == on
     for flags, match in ((["--chat-template-kwargs", "[1]"], "give a JSON object"),

@@ -45,8 +45,15 @@ def run(**opts) -> None:
                 done = ev
         s = done.summary
         if opts["as_json"]:
+            extra = {}
+            if opts["chat"]:      # a thinking model's reasoning apart from its reply
+                from ..chat.reasoning import prompt_opens_thinking, split_reasoning
+
+                reasoning, reply = split_reasoning(done.text, prompt_opens_thinking(engine.target_model, tokens))
+                extra = {"reasoning": reasoning, "reply": reply}
             click.echo(json.dumps({
                 "text": done.text,
+                **extra,
                 "token_ids": list(done.token_ids),
                 "answered_by": s.answered_by or "target",
                 "stop_reason": done.stop_reason.value,
