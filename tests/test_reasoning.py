@@ -140,6 +140,7 @@ def test_thinking_turned_off_through_the_template(thinker):
         "options": {"temperature": 0, "num_predict": 4}})
     assert status == 200 and lines[-1]["prompt_eval_count"] > thinking["prompt_eval_count"]
     assert "thinking" in thinking["message"] and not any("thinking" in x["message"] for x in lines)
+    assert "thinking" in request(thinker, "POST", "/api/show", {"model": "thinker"})[2]["capabilities"]
 
 
 def test_the_chat_core_keeps_the_reasoning_apart(thinker):

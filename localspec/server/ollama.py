@@ -296,7 +296,8 @@ def show(engine, model_id: str) -> dict:
     model = engine.target_model
     template = model.chat_template() or ""
     arch = model.meta("general.architecture") or "llama"
-    caps = ["completion"] + (["tools"] if "tools" in template else []) + (["insert"] if _fills(model) else [])
+    caps = (["completion"] + (["tools"] if "tools" in template else []) + (["insert"] if _fills(model) else [])
+            + (["thinking"] if "<think>" in template or "enable_thinking" in template else []))
     return {"modelfile": f"# served by localspec {__version__}\nFROM {model.info.path}\n", "parameters": "",
             "template": template, "details": details(engine), "capabilities": caps,
             "model_info": {"general.architecture": arch, "general.parameter_count": model.info.n_params,
