@@ -227,6 +227,38 @@ async def test_new_chat_copy_and_colours(tiny_target, tiny_draft):
         assert app.session.messages == [] and len(screen.query_one(ChatLog).children) == 0
         await pilot.press("ctrl+y")
         assert "no answer to copy yet" in notifications(app)
+        await pilot.press("ctrl+r")
+        assert "no answer to regenerate yet" in notifications(app)
+
+
+@run_async
+async def test_regenerate_and_the_messages_sent_on_the_up_key(tiny_target, tiny_draft):
+    app = tiny_app(tiny_target, tiny_draft, max_tokens=10, temperature=0.9, seed=None)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        for text in ("First", "Second"):
+            await send(pilot, text)
+            screen = await wait_answer(pilot)
+        first_answer = app.session.messages[1]
+        screen.last_done = None
+        await pilot.press("ctrl+r")
+        await wait_answer(pilot)
+        # The last answer was taken back and given anew: one turn for it in the log and the chat.
+        assert [m["role"] for m in app.session.messages] == ["user", "assistant", "user", "assistant"]
+        assert app.session.messages[1] == first_answer and app.session.messages[2]["content"] == "Second"
+        log = screen.query_one(ChatLog)
+        assert len(log.query(MessageView)) == 2 and len(log.query(".user-message")) == 2
+        assert screen.query(MessageView).last().plain == app.session.messages[3]["content"]
+        prompt = screen.query_one("#prompt", Input)
+        prompt.focus()
+        await pilot.press("up")
+        assert prompt.value == "Second"
+        await pilot.press("up", "up")
+        assert prompt.value == "First"
+        await pilot.press("down")
+        assert prompt.value == "Second"
+        await pilot.press("down")
+        assert prompt.value == ""
 
 
 # -- settings -----------------------------------------------------------------------------

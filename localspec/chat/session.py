@@ -305,6 +305,14 @@ class ChatSession:
             message["reasoning_content"] = reasoning
         self.messages.append(message)
 
+    def retract_turn(self) -> str | None:
+        """Take back the last turn (the user's message and its answer) to answer it again;
+        return the message (None: no answered message to take back)."""
+        if len(self.messages) < 2 or self.messages[-1]["role"] != "assistant" or self.messages[-2]["role"] != "user":
+            return None
+        self.messages.pop()
+        return self.messages.pop()["content"]
+
     def abandon_turn(self) -> None:
         """Drop the last user message (its answer failed before any text)."""
         if self.messages and self.messages[-1]["role"] == "user":

@@ -33,6 +33,9 @@ class ChatScreen(Screen):
         Binding("escape", "stop", "Stop", priority=True),
         Binding("ctrl+n", "new_chat", "New chat", priority=True),
         Binding("ctrl+y", "copy_answer", "Copy answer", priority=True),
+        Binding("ctrl+r", "regenerate", "Regenerate", priority=True),
+        Binding("up", "recall(-1)", "Earlier message", show=False),
+        Binding("down", "recall(1)", "Later message", show=False),
         Binding("ctrl+t", "toggle_colour", "Colours", priority=True),
     ]
 
@@ -52,6 +55,8 @@ class ChatScreen(Screen):
         self._system_at = 0.0
         self._gauges_at = 0.0
         self._progress_at = 0.0
+        self._sent: list[str] = []       # the messages sent, for the up and down keys
+        self._recall = 0                 # where the up and down keys are in them
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -128,19 +133,24 @@ class ChatScreen(Screen):
             return
         self.send(text)
 
-    def send(self, text: str) -> bool:
+    def _ready(self) -> bool:
+        """Whether a message can be sent now (if not, a notification says why)."""
         app = self.app
         if self.job is not None:
             self.notify("still answering: press Esc to stop first", severity="warning")
-            return False
-        if app.engine_state == "loading":
+        elif app.engine_state == "loading":
             self.notify("the models are still loading", severity="warning")
-            return False
-        if app.engine_state != "ready" or not app.session.loaded:
+        elif app.engine_state != "ready" or not app.session.loaded:
             self.notify("no model is loaded: pick a pair with F3 (models)", severity="error")
-            return False
-        if app.busy:
+        elif app.busy:
             self.notify("the engine is busy (a comparison is running)", severity="warning")
+        else:
+            return True
+        return False
+
+    def send(self, text: str) -> bool:
+        app = self.app
+        if not self._ready():
             return False
         session = app.session
         settings = session.settings
@@ -153,6 +163,9 @@ class ChatScreen(Screen):
             self.notify(str(exc), title="cannot send", severity="error")
             return False
         prompt.value = ""
+        if not self._sent or self._sent[-1] != text:
+            self._sent.append(text)
+        self._recall = len(self._sent)
         self._split, self._raw, self._replied = ReasoningSplit(session.thinking), [], False
         if session.left_out and not left_out:
             log.add_note(f"The chat no longer fits the context ({session.summary.n_ctx} tokens): from now on "
@@ -289,6 +302,33 @@ class ChatScreen(Screen):
             return
         self.app.copy_to_clipboard(text)
         self.notify(f"copied the last answer ({len(text)} characters)", timeout=3)
+
+    def action_regenerate(self) -> None:
+        """Answer the last message again: its answer goes (from the log and the conversation)
+        and the message is sent anew."""
+        if not self._ready():
+            return
+        session = self.app.session
+        text = session.retract_turn()
+        if text is None:
+            self.notify("no answer to regenerate yet", severity="warning")
+            return
+        log = self.query_one(ChatLog)
+        for kind in (MessageView, ".user-message"):
+            found = log.query(kind)
+            if found:
+                found.last().remove()
+        self.send(text)
+
+    def action_recall(self, step: int) -> None:
+        """The up and down keys in the prompt: earlier and later messages sent, as a shell's
+        history (past the newest: an empty prompt)."""
+        prompt = self.query_one("#prompt", Input)
+        if not prompt.has_focus or not self._sent:
+            return
+        self._recall = max(0, min(len(self._sent), self._recall + step))
+        prompt.value = self._sent[self._recall] if self._recall < len(self._sent) else ""
+        prompt.cursor_position = len(prompt.value)
 
     def action_toggle_colour(self) -> None:
         self.colour = not self.colour
