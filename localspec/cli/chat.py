@@ -104,7 +104,7 @@ def chat(target, model, **opts) -> None:
     --draft it uses the draft of a pair registered by `localspec pull`.
 
     \b
-    Keys: Enter send · Esc stop · ctrl+n new chat · ctrl+y copy answer · ctrl+r regenerate
+    Keys: Enter send · Esc stop · ctrl+n new chat · ctrl+y copy answer · ctrl+r retry
           up/down earlier messages · ctrl+t token colours
           F2 settings · F3 models (pull, pairs) · F4 compare · ctrl+q quit
     \b

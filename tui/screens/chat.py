@@ -33,7 +33,7 @@ class ChatScreen(Screen):
         Binding("escape", "stop", "Stop", priority=True),
         Binding("ctrl+n", "new_chat", "New chat", priority=True),
         Binding("ctrl+y", "copy_answer", "Copy answer", priority=True),
-        Binding("ctrl+r", "regenerate", "Regenerate", priority=True),
+        Binding("ctrl+r", "regenerate", "Retry", priority=True),
         Binding("up", "recall(-1)", "Earlier message", show=False),
         Binding("down", "recall(1)", "Later message", show=False),
         Binding("ctrl+t", "toggle_colour", "Colours", priority=True),
