@@ -98,6 +98,8 @@ def test_settings_parse_refuse_and_round_trip():
         "draft_max": ("0", "draft max must be at least 1"),
         "p_min": ("1.2", "p_min must be in [0, 1)"),
         "seed": ("-3", "seed must be >= 0"),
+        "repeat_penalty": ("0", "repeat penalty must be > 0"),
+        "dry_multiplier": ("-1", "DRY multiplier must be >= 0"),
         "max_tokens": ("", "max tokens: a value is needed"),
         "draft_temperature": ("nan", "is not a finite number"),
     }
@@ -110,9 +112,11 @@ def test_settings_parse_refuse_and_round_trip():
     assert exc.value.field == "draft_min"
     assert CHAT_DEFAULTS.with_(drafter="none", temperature=0).describe().startswith("target only · greedy")
     # What the form does not show (from the command line) stays as it was.
-    base = CHAT_DEFAULTS.with_(repeat_penalty=1.2, logit_bias=((5, -1.0),), stop=("END",))
+    base = CHAT_DEFAULTS.with_(presence_penalty=0.5, logit_bias=((5, -1.0),), stop=("END",))
     kept = parse_settings(good | {"top_k": "7"}, drafter="model", adaptive=True, base=base)
     assert kept == base.with_(top_k=7, drafter="model", adaptive=True)
+    tuned = parse_settings(good | {"repeat_penalty": "1.3", "dry_multiplier": "0.8"}, drafter="model", adaptive=True)
+    assert (tuned.sampling.repeat_penalty, tuned.sampling.dry_multiplier) == (1.3, 0.8) and tuned.sampling.penalized
 
 
 # -- system gauges ------------------------------------------------------------------------

@@ -62,6 +62,8 @@ FIELDS = {
     "top_p": ("top-p", _float, False),
     "min_p": ("min-p", _float, False),
     "max_tokens": ("max tokens", _int, False),
+    "repeat_penalty": ("repeat penalty", _float, False),
+    "dry_multiplier": ("DRY multiplier", _float, False),
 }
 
 

@@ -20,6 +20,8 @@ _HINTS = {
     "draft_temperature": "blank: as temperature",
     "top_k": "0: off",
     "temperature": "0: greedy",
+    "repeat_penalty": "1: off",
+    "dry_multiplier": "0: off",
 }
 
 
