@@ -205,6 +205,19 @@ async def test_a_thinking_models_reasoning_is_shown_muted_and_kept_apart(zoo):
         assert view._style("thinking")            # (muted, with the token colours off too)
         view.colour = False
         assert view._style("thinking") and not view._style("draft")
+        assert app.session.thinking
+        # Thinking off in the settings: the template closes the block, the answer is all reply.
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen), 5, "the settings")
+        assert app.screen.query_one("#set-thinking", Select).value is True
+        app.screen.query_one("#set-thinking", Select).value = False
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: not isinstance(app.screen, SettingsScreen), 5, "the form to close")
+        assert app.session.variables == {"enable_thinking": False} and not app.session.thinking_allowed
+        screen.last_done = None
+        await send(pilot, "And at night?")
+        await wait_answer(pilot)
+        assert not app.session.thinking and "reasoning_content" not in app.session.messages[-1]
 
 
 @run_async

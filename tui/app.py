@@ -209,13 +209,15 @@ class LocalspecApp(App):
         choice = self.session.choice
         has_draft = bool(choice.draft or choice.demo)
         has_mtp = self.session.settings.drafter.value == "mtp" or self.session.has_mtp()
-        self.push_screen(SettingsScreen(self.session.settings, has_draft=has_draft, has_mtp=has_mtp),
-                         self.apply_settings)
+        self.push_screen(SettingsScreen(self.session.settings, has_draft=has_draft, has_mtp=has_mtp,
+                                        thinking=self.session.thinking_allowed), self.apply_settings)
 
-    def apply_settings(self, settings: RunSpec | None) -> None:
-        if settings is None:
+    def apply_settings(self, result: tuple[RunSpec, bool] | None) -> None:
+        if result is None:
             return
+        settings, thinking = result
         session = self.session
+        session.allow_thinking(thinking)
         reload = session.needs_reload(settings) and self.engine_state in ("ready", "failed")
         session.use(settings)
         self.notify("settings applied from the next message", timeout=3)

@@ -259,6 +259,18 @@ class ChatSession:
         self.messages.clear()
 
     @property
+    def thinking_allowed(self) -> bool:
+        """Whether a thinking model may think (no ``enable_thinking: false`` for the template)."""
+        return (self.variables or {}).get("enable_thinking", True) is not False
+
+    def allow_thinking(self, on: bool) -> None:
+        """Let a thinking model think, or turn it off through the template's ``enable_thinking``."""
+        variables = {k: v for k, v in (self.variables or {}).items() if k != "enable_thinking"}
+        if not on:
+            variables["enable_thinking"] = False
+        self.variables = variables or None
+
+    @property
     def loaded(self) -> bool:
         return self.engine is not None
 

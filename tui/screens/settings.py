@@ -1,4 +1,4 @@
-"""The settings form: drafting, sampling and length; applied from the next message.
+"""The settings form: drafting, sampling, length and thinking; applied from the next message.
 
 Invalid values are refused in the form: the field is marked and a one-line message says why.
 """
@@ -25,15 +25,18 @@ _HINTS = {
 }
 
 
-class SettingsScreen(ModalScreen[RunSpec | None]):
+class SettingsScreen(ModalScreen[tuple[RunSpec, bool] | None]):
+    """Dismissed with (the settings, whether a thinking model may think), or None (cancelled)."""
+
     BINDINGS = [
         Binding("escape", "cancel", "Cancel", priority=True),
         Binding("ctrl+s", "apply", "Apply", priority=True),
     ]
 
-    def __init__(self, settings: RunSpec, *, has_draft: bool = True, has_mtp: bool = True):
+    def __init__(self, settings: RunSpec, *, has_draft: bool = True, has_mtp: bool = True, thinking: bool = True):
         super().__init__(classes="dialog-screen")
         self.settings = settings
+        self.thinking = thinking
         self.has_draft = has_draft
         self.has_mtp = has_mtp
 
@@ -49,6 +52,10 @@ class SettingsScreen(ModalScreen[RunSpec | None]):
                 yield Select([("adaptive: the measured best K, pauses when drafting loses", True),
                               ("fixed: always draft max tokens", False)],
                              value=self.settings.adaptive, allow_blank=False, id="set-adaptive", compact=True)
+                yield Label("thinking")
+                yield Select([("as the model does (a thinking model thinks first)", True),
+                              ("off (the chat template's enable_thinking)", False)],
+                             value=self.thinking, allow_blank=False, id="set-thinking", compact=True)
             with Grid(id="settings-grid"):
                 for name, (label, _, _) in FIELDS.items():
                     yield Label(label)
@@ -90,7 +97,7 @@ class SettingsScreen(ModalScreen[RunSpec | None]):
         except SettingError as err:
             self.show_error(err)
             return
-        self.dismiss(settings)
+        self.dismiss((settings, bool(self.query_one("#set-thinking", Select).value)))
 
     def action_cancel(self) -> None:
         self.dismiss(None)
