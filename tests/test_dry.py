@@ -190,3 +190,50 @@ def test_llama_servers_dry_fields(zoo):
             status, _, err = request(server, "POST", "/v1/chat/completions", {
                 "messages": [{"role": "user", "content": "hi"}], field: value})
             assert status == 400 and err["error"]["param"] == field
+
+
+def exact_two_tokens_dry(target_path, prompt, cfg):
+    """P(t1, t2) of target-only sampling: the chain on rows DRY-penalized by the sequence so far."""
+    from localspec.engine.backend import Context
+    from localspec.engine.sampling import distribution
+
+    m = Model(str(target_path))
+    c = Context(m, n_ctx=256)
+    cfg = prepared(cfg, m)
+    row = c.decode(prompt, logits="last").copy()
+    p1 = distribution(penalize(row, [], cfg, prompt), cfg)
+    c.mark()
+    out = {}
+    for t1, pr1 in zip(p1.ids, p1.probs):
+        assert c.truncate(len(prompt)) == len(prompt)
+        row2 = c.decode([int(t1)], logits="last").copy()
+        p2 = distribution(penalize(row2, [], cfg, prompt + [int(t1)]), cfg)
+        for t2, pr2 in zip(p2.ids, p2.probs):
+            out[(int(t1), int(t2))] = float(pr1) * float(pr2)
+    c.close()
+    m.close()
+    return out
+
+
+@pytest.mark.slow
+def test_speculative_sampling_with_dry_follows_the_penalized_target(zoo):
+    """The prompt repeats its opening after the target's own continuation of it, so DRY
+    weighs on the token the target likes most there."""
+    from test_sampling import ALPHA, chi_square_p, sample_pairs
+
+    target = zoo.get(TinySpec(scale=0.35), "flat-target.gguf")
+    draft = zoo.get(TinySpec(scale=0.35, noise=0.3), "flat-draft.gguf")
+    with make_engine(target, draft, draft_max=3) as e:
+        opening = e.tokenize("Once upon a time")
+        own, _ = run_to_done(e, opening, speculative=False, max_tokens=3)
+        prompt = opening + list(own.token_ids) + opening
+        cfg = SamplingConfig(temperature=1.0, top_k=8, dry_multiplier=1.0, dry_allowed_length=2,
+                             dry_sequence_breakers=())
+        expected = exact_two_tokens_dry(target, prompt, cfg)
+        plain = exact_two_tokens_dry(target, prompt, SamplingConfig(temperature=1.0, top_k=8))
+        n = 2500
+        counts, drafted, accepted = sample_pairs(e, prompt, cfg, n)
+    assert drafted > 0 and 0 < accepted < drafted, "both acceptance and rejection must occur"
+    pval = chi_square_p(counts, expected, n)
+    assert pval > ALPHA, f"speculative samples do not follow the DRY-penalized target (p = {pval:.2e})"
+    assert chi_square_p(counts, plain, n) < ALPHA, "the unpenalized distribution must not fit as well"
