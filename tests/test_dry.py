@@ -12,10 +12,11 @@ import llama_cpp.llama_cpp as ll
 import numpy as np
 import pytest
 from conftest import make_engine, run_cli, run_to_done
+from test_penalties import assert_samples_follow_the_penalized_target, greedy_identity, through_llama_cpp
 from test_server import request, serving
 from tiny import TinySpec
 
-from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig, SpecError
+from localspec.engine import RunSpec, SamplingConfig, SpecError
 from localspec.engine.backend import Model
 from localspec.engine.dry import restart_sequences
 from localspec.engine.penalties import penalize, prepared
@@ -27,21 +28,12 @@ DRY = dict(dry_multiplier=0.8, dry_base=1.75, dry_allowed_length=2)
 
 def llama_cpp_dry(model: Model, row: np.ndarray, history: list[int], cfg: SamplingConfig) -> np.ndarray:
     """``row`` through llama.cpp's own DRY sampler, ``history`` accepted into it first."""
-    n = row.shape[0]
     last_n = len(history) if cfg.dry_penalty_last_n < 0 else cfg.dry_penalty_last_n
     breakers = [b.encode() for b in cfg.dry_sequence_breakers]
     arr_b = (ctypes.c_char_p * max(len(breakers), 1))(*breakers)
-    smpl = ll.llama_sampler_init_dry(model.vocab, cfg.dry_multiplier, cfg.dry_base, cfg.dry_allowed_length, last_n,
-                                     arr_b, len(breakers))
-    try:
-        for t in history:
-            ll.llama_sampler_accept(smpl, t)
-        data = (ll.llama_token_data * n)(*[ll.llama_token_data(i, float(x), 0.0) for i, x in enumerate(row)])
-        arr = ll.llama_token_data_array(ctypes.cast(data, ctypes.POINTER(ll.llama_token_data)), n, -1, False)
-        ll.llama_sampler_apply(smpl, ctypes.byref(arr))
-        return np.array([d.logit for d in data], dtype=np.float32)
-    finally:
-        ll.llama_sampler_free(smpl)
+    return through_llama_cpp(ll.llama_sampler_init_dry(model.vocab, cfg.dry_multiplier, cfg.dry_base,
+                                                       cfg.dry_allowed_length, last_n, arr_b, len(breakers)),
+                             row, history)
 
 
 @pytest.fixture(scope="module")
@@ -96,41 +88,19 @@ def test_breakers_become_restart_sequences(vocab_model):
 
 @pytest.mark.parametrize("drafter", ["model", "ngram"])
 def test_greedy_with_dry_is_the_target_alone(tiny_target, tiny_draft, drafter):
-    with make_engine(tiny_target, tiny_draft, draft_max=4) as e:
-        prompt = e.tokenize("The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the")
-        plain, _ = run_to_done(e, prompt, speculative=False, max_tokens=48)
-        changed, drafted = 0, 0
-        for changes in (DRY, dict(DRY, dry_allowed_length=1, dry_penalty_last_n=16),
-                        dict(DRY, dry_sequence_breakers=(), dry_multiplier=3.0)):
-            cfg = SamplingConfig(temperature=0.0, **changes)
-            e.reset()
-            base, _ = run_to_done(e, prompt, speculative=False, max_tokens=48, sampling=cfg)
-            e.reset()
-            spec, _ = run_to_done(e, prompt, drafter=drafter, max_tokens=48, sampling=cfg)
-            assert spec.token_ids == base.token_ids, changes
-            changed += base.token_ids != plain.token_ids
-            drafted += spec.summary.drafted
+    changed, drafted = greedy_identity(
+        tiny_target, tiny_draft, "The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the",
+        drafter, (DRY, dict(DRY, dry_allowed_length=1, dry_penalty_last_n=16),
+                  dict(DRY, dry_sequence_breakers=(), dry_multiplier=3.0)))
     assert changed >= 2 and drafted > 0
 
 
-def test_an_identical_draft_is_accepted_whole_and_slots_agree(tiny_target, tiny_draft):
-    cfg = SamplingConfig(temperature=0.0, **DRY)
+def test_an_identical_draft_is_accepted_whole(tiny_target):
+    """(Slots: test_penalties.py's slot test runs DRY too.)"""
     with make_engine(tiny_target, tiny_target, draft_max=4) as e:
         prompt = e.tokenize("The quick brown fox jumps over the lazy dog, the quick brown fox")
-        same, _ = run_to_done(e, prompt, max_tokens=40, sampling=cfg)
+        same, _ = run_to_done(e, prompt, max_tokens=40, sampling=SamplingConfig(temperature=0.0, **DRY))
     assert same.summary.drafted > 10 and same.summary.accepted == same.summary.drafted
-    with make_engine(tiny_target, tiny_draft, draft_max=4) as e:
-        single, _ = run_to_done(e, prompt, max_tokens=32, sampling=cfg)
-    slots = Engine(EngineConfig(target=str(tiny_target), draft=str(tiny_draft), n_ctx=256, threads=1,
-                                remember=False, parallel=2))
-    try:
-        runner = slots.runner()
-        spec = RunSpec(drafter=DrafterKind.MODEL, sampling=cfg, max_tokens=32)
-        gens = [runner.start(prompt, spec), runner.start(slots.tokenize("x"), spec)]
-        runner.run_all()
-        assert gens[0].done.token_ids == single.token_ids and gens[0].done.summary.drafted > 0
-    finally:
-        slots.close()
 
 
 @pytest.mark.parametrize("changes,field,match", [
@@ -192,35 +162,10 @@ def test_llama_servers_dry_fields(zoo):
             assert status == 400 and err["error"]["param"] == field
 
 
-def exact_two_tokens_dry(target_path, prompt, cfg):
-    """P(t1, t2) of target-only sampling: the chain on rows DRY-penalized by the sequence so far."""
-    from localspec.engine.backend import Context
-    from localspec.engine.sampling import distribution
-
-    m = Model(str(target_path))
-    c = Context(m, n_ctx=256)
-    cfg = prepared(cfg, m)
-    row = c.decode(prompt, logits="last").copy()
-    p1 = distribution(penalize(row, [], cfg, prompt), cfg)
-    c.mark()
-    out = {}
-    for t1, pr1 in zip(p1.ids, p1.probs):
-        assert c.truncate(len(prompt)) == len(prompt)
-        row2 = c.decode([int(t1)], logits="last").copy()
-        p2 = distribution(penalize(row2, [], cfg, prompt + [int(t1)]), cfg)
-        for t2, pr2 in zip(p2.ids, p2.probs):
-            out[(int(t1), int(t2))] = float(pr1) * float(pr2)
-    c.close()
-    m.close()
-    return out
-
-
 @pytest.mark.slow
 def test_speculative_sampling_with_dry_follows_the_penalized_target(zoo):
     """The prompt repeats its opening after the target's own continuation of it, so DRY
     weighs on the token the target likes most there."""
-    from test_sampling import ALPHA, chi_square_p, sample_pairs
-
     target = zoo.get(TinySpec(scale=0.35), "flat-target.gguf")
     draft = zoo.get(TinySpec(scale=0.35, noise=0.3), "flat-draft.gguf")
     with make_engine(target, draft, draft_max=3) as e:
@@ -229,11 +174,4 @@ def test_speculative_sampling_with_dry_follows_the_penalized_target(zoo):
         prompt = opening + list(own.token_ids) + opening
         cfg = SamplingConfig(temperature=1.0, top_k=8, dry_multiplier=1.0, dry_allowed_length=2,
                              dry_sequence_breakers=())
-        expected = exact_two_tokens_dry(target, prompt, cfg)
-        plain = exact_two_tokens_dry(target, prompt, SamplingConfig(temperature=1.0, top_k=8))
-        n = 2500
-        counts, drafted, accepted = sample_pairs(e, prompt, cfg, n)
-    assert drafted > 0 and 0 < accepted < drafted, "both acceptance and rejection must occur"
-    pval = chi_square_p(counts, expected, n)
-    assert pval > ALPHA, f"speculative samples do not follow the DRY-penalized target (p = {pval:.2e})"
-    assert chi_square_p(counts, plain, n) < ALPHA, "the unpenalized distribution must not fit as well"
+        assert_samples_follow_the_penalized_target(e, target, prompt, cfg)

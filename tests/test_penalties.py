@@ -20,7 +20,7 @@ from tiny import TinySpec
 
 from localspec.engine import DrafterKind, Engine, EngineConfig, RunSpec, SamplingConfig, SpecError
 from localspec.engine.backend import Context, Model
-from localspec.engine.penalties import penalize, window
+from localspec.engine.penalties import penalize, prepared, window
 from localspec.engine.sampling import distribution
 from localspec.errors import BadInput
 
@@ -29,27 +29,33 @@ pytestmark = pytest.mark.usefixtures("one_llama_thread")
 PENALIZED = dict(repeat_penalty=1.6, frequency_penalty=0.4, presence_penalty=0.3)
 
 
-def llama_cpp_row(row: np.ndarray, history: list[int], cfg: SamplingConfig) -> np.ndarray:
-    """``row`` through llama.cpp's own logit-bias and penalties samplers, ``history`` accepted
-    into them first (as llama-server feeds a prompt)."""
+def through_llama_cpp(sampler, row: np.ndarray, history: list[int]) -> np.ndarray:
+    """``row`` through a llama.cpp sampler (then freed), ``history`` accepted into it first (as
+    llama-server feeds a prompt)."""
     n = row.shape[0]
-    chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
     try:
-        if cfg.logit_bias:
-            pairs = [ll.llama_logit_bias(t, b) for t, b in cfg.logit_bias]
-            biases = (ll.llama_logit_bias * len(pairs))(*pairs)
-            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_logit_bias(n, len(cfg.logit_bias), biases))
-        last_n = len(history) if cfg.repeat_last_n < 0 else cfg.repeat_last_n
-        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_penalties(
-            n, last_n, cfg.repeat_penalty, cfg.frequency_penalty, cfg.presence_penalty))
         for t in history:
-            ll.llama_sampler_accept(chain, t)
+            ll.llama_sampler_accept(sampler, t)
         data = (ll.llama_token_data * n)(*[ll.llama_token_data(i, float(x), 0.0) for i, x in enumerate(row)])
         arr = ll.llama_token_data_array(ctypes.cast(data, ctypes.POINTER(ll.llama_token_data)), n, -1, False)
-        ll.llama_sampler_apply(chain, ctypes.byref(arr))
+        ll.llama_sampler_apply(sampler, ctypes.byref(arr))
         return np.array([d.logit for d in data], dtype=np.float32)
     finally:
-        ll.llama_sampler_free(chain)
+        ll.llama_sampler_free(sampler)
+
+
+def llama_cpp_row(row: np.ndarray, history: list[int], cfg: SamplingConfig) -> np.ndarray:
+    """``row`` through llama.cpp's own logit-bias and penalties samplers."""
+    n = row.shape[0]
+    chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+    if cfg.logit_bias:
+        pairs = [ll.llama_logit_bias(t, b) for t, b in cfg.logit_bias]
+        biases = (ll.llama_logit_bias * len(pairs))(*pairs)
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_logit_bias(n, len(cfg.logit_bias), biases))
+    last_n = len(history) if cfg.repeat_last_n < 0 else cfg.repeat_last_n
+    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_penalties(
+        n, last_n, cfg.repeat_penalty, cfg.frequency_penalty, cfg.presence_penalty))
+    return through_llama_cpp(chain, row, history)
 
 
 @pytest.mark.parametrize("cfg", [
@@ -79,14 +85,16 @@ def test_a_draft_position_s_window_is_the_sequence_so_far():
     assert window([], drafts, 3, 8) == drafts
 
 
-@pytest.mark.parametrize("drafter", ["model", "ngram"])
-def test_greedy_with_penalties_is_the_target_alone(tiny_target, tiny_draft, drafter):
-    with make_engine(tiny_target, tiny_draft, draft_max=4) as e:
-        prompt = e.tokenize("The quick brown fox jumps over the lazy dog, the quick brown fox")
+def greedy_identity(target, draft, text: str, drafter: str, settings) -> tuple[int, int]:
+    """For each of ``settings`` (SamplingConfig fields, or a function of the plain greedy
+    answer giving them), speculative greedy output == the target alone's with them; returns
+    (how many changed the plain answer, tokens drafted)."""
+    with make_engine(target, draft, draft_max=4) as e:
+        prompt = e.tokenize(text)
         plain, _ = run_to_done(e, prompt, speculative=False, max_tokens=48)
         drafted, changed = 0, 0
-        for changes in (PENALIZED, dict(PENALIZED, repeat_last_n=-1), dict(repeat_penalty=1.3, repeat_last_n=4),
-                        dict(logit_bias=((plain.token_ids[1], -math.inf), (plain.token_ids[4], -2.0)))):
+        for changes in settings:
+            changes = changes(plain) if callable(changes) else changes
             cfg = SamplingConfig(temperature=0.0, **changes)
             e.reset()
             base, _ = run_to_done(e, prompt, speculative=False, max_tokens=48, sampling=cfg)
@@ -95,6 +103,15 @@ def test_greedy_with_penalties_is_the_target_alone(tiny_target, tiny_draft, draf
             assert spec.token_ids == base.token_ids, changes
             changed += base.token_ids != plain.token_ids
             drafted += spec.summary.drafted
+    return changed, drafted
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram"])
+def test_greedy_with_penalties_is_the_target_alone(tiny_target, tiny_draft, drafter):
+    changed, drafted = greedy_identity(
+        tiny_target, tiny_draft, "The quick brown fox jumps over the lazy dog, the quick brown fox", drafter,
+        (PENALIZED, dict(PENALIZED, repeat_last_n=-1), dict(repeat_penalty=1.3, repeat_last_n=4),
+         lambda plain: dict(logit_bias=((plain.token_ids[1], -math.inf), (plain.token_ids[4], -2.0)))))
     # (the settings change the answer; penalties steer away from repeats, where a lookup finds its matches)
     assert changed >= 3 and drafted > 0
 
@@ -120,8 +137,10 @@ def test_an_identical_draft_is_accepted_whole_under_penalties(tiny_target):
     assert done.summary.drafted > 10 and done.summary.accepted == done.summary.drafted
 
 
-def test_slots_give_the_single_run_s_tokens(tiny_target, tiny_draft):
-    cfg = SamplingConfig(temperature=0.0, **PENALIZED)
+@pytest.mark.parametrize("changes", [PENALIZED, dict(dry_multiplier=0.8, dry_allowed_length=1)],
+                         ids=["penalties", "dry"])
+def test_slots_give_the_single_run_s_tokens(tiny_target, tiny_draft, changes):
+    cfg = SamplingConfig(temperature=0.0, **changes)
     with make_engine(tiny_target, tiny_draft, draft_max=4) as e:
         prompt = e.tokenize("The quick brown fox jumps over the lazy dog, the quick")
         single, _ = run_to_done(e, prompt, max_tokens=32, sampling=cfg)
@@ -141,22 +160,39 @@ def test_slots_give_the_single_run_s_tokens(tiny_target, tiny_draft):
 
 
 def exact_two_tokens_penalized(target_path, prompt, cfg):
-    """P(t1, t2) of target-only sampling: the chain on rows penalized by the sequence so far."""
+    """P(t1, t2) of target-only sampling: the chain on rows penalized (logit bias, penalties,
+    DRY) by the sequence so far."""
     m = Model(str(target_path))
     c = Context(m, n_ctx=256)
-    row = c.decode(prompt, logits="last").copy()
-    p1 = distribution(penalize(row, window(prompt, [], 0, cfg.repeat_last_n), cfg), cfg)
+    cfg = prepared(cfg, m)
+
+    def dist(row, seq):
+        dry = seq if cfg.dry_penalty_last_n < 0 else seq[-cfg.dry_penalty_last_n:]
+        return distribution(penalize(row, window(seq, [], 0, cfg.repeat_last_n), cfg, dry), cfg)
+
+    p1 = dist(c.decode(prompt, logits="last").copy(), prompt)
     c.mark()
     out = {}
     for t1, pr1 in zip(p1.ids, p1.probs):
         assert c.truncate(len(prompt)) == len(prompt)
-        row2 = c.decode([int(t1)], logits="last").copy()
-        p2 = distribution(penalize(row2, window(prompt, [int(t1)], 1, cfg.repeat_last_n), cfg), cfg)
+        p2 = dist(c.decode([int(t1)], logits="last").copy(), prompt + [int(t1)])
         for t2, pr2 in zip(p2.ids, p2.probs):
             out[(int(t1), int(t2))] = float(pr1) * float(pr2)
     c.close()
     m.close()
     return out
+
+
+def assert_samples_follow_the_penalized_target(engine, target, prompt, cfg, n: int = 2500) -> None:
+    """Speculative samples of two tokens (``cfg``: temperature 1, top-k 8, and what
+    penalizes) follow the target's penalized distribution, and not its unpenalized one."""
+    expected = exact_two_tokens_penalized(target, prompt, cfg)
+    plain = exact_two_tokens_penalized(target, prompt, SamplingConfig(temperature=1.0, top_k=8))
+    counts, drafted, accepted = sample_pairs(engine, prompt, cfg, n)
+    assert drafted > 0 and 0 < accepted < drafted, "both acceptance and rejection must occur"
+    pval = chi_square_p(counts, expected, n)
+    assert pval > ALPHA, f"speculative samples do not follow the penalized target (p = {pval:.2e})"
+    assert chi_square_p(counts, plain, n) < ALPHA, "the unpenalized distribution must not fit as well"
 
 
 @pytest.mark.slow
@@ -167,14 +203,7 @@ def test_speculative_sampling_with_penalties_follows_the_penalized_target(zoo):
         prompt = e.tokenize("Once upon a time, once upon")
         cfg = SamplingConfig(temperature=1.0, top_k=8, repeat_penalty=3.0, presence_penalty=1.0,
                              logit_bias=((prompt[-1], 2.0),))
-        expected = exact_two_tokens_penalized(target, prompt, cfg)
-        plain = exact_two_tokens_penalized(target, prompt, SamplingConfig(temperature=1.0, top_k=8))
-        n = 2500
-        counts, drafted, accepted = sample_pairs(e, prompt, cfg, n)
-    assert drafted > 0 and 0 < accepted < drafted, "both acceptance and rejection must occur"
-    pval = chi_square_p(counts, expected, n)
-    assert pval > ALPHA, f"speculative samples do not follow the penalized target (p = {pval:.2e})"
-    assert chi_square_p(counts, plain, n) < ALPHA, "the unpenalized distribution must not fit as well"
+        assert_samples_follow_the_penalized_target(e, target, prompt, cfg)
 
 
 @pytest.mark.parametrize("changes,field,match", [

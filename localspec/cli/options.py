@@ -172,6 +172,13 @@ def drafter_options():
     )
 
 
+def _sampling_flag(name: str, help: str):
+    """``--NAME`` (dashes for underscores) for a SamplingConfig field: its type and default."""
+    default = getattr(_SAMPLING, name)
+    return click.option("--" + name.replace("_", "-"), type=type(default), default=default, show_default=True,
+                        help=help)
+
+
 def sampling_options(default_temp: float = _SAMPLING.temperature):
     """Sampling (one set for both models) and drafting lengths; defaults are RunSpec's."""
     return _opts(
@@ -182,25 +189,17 @@ def sampling_options(default_temp: float = _SAMPLING.temperature):
         click.option("--top-p", type=float, default=_SAMPLING.top_p, show_default=True, help="Top-p (nucleus)."),
         click.option("--min-p", type=float, default=_SAMPLING.min_p, show_default=True, help="Min-p."),
         click.option("-s", "--seed", type=int, default=None, help="Random seed (sampling)."),
-        click.option("--repeat-penalty", type=float, default=_SAMPLING.repeat_penalty, show_default=True,
-                     help="Divide the logits of recent tokens by this (1 turns it off)."),
-        click.option("--repeat-last-n", type=int, default=_SAMPLING.repeat_last_n, show_default=True,
-                     help="How many last tokens the penalties look at (-1: all, 0: penalties off)."),
-        click.option("--presence-penalty", type=float, default=_SAMPLING.presence_penalty, show_default=True,
-                     help="Lower the logit of every recent token by this."),
-        click.option("--frequency-penalty", type=float, default=_SAMPLING.frequency_penalty, show_default=True,
-                     help="Lower a recent token's logit by this per occurrence."),
+        _sampling_flag("repeat_penalty", "Divide the logits of recent tokens by this (1 turns it off)."),
+        _sampling_flag("repeat_last_n", "How many last tokens the penalties look at (-1: all, 0: penalties off)."),
+        _sampling_flag("presence_penalty", "Lower the logit of every recent token by this."),
+        _sampling_flag("frequency_penalty", "Lower a recent token's logit by this per occurrence."),
         click.option("--logit-bias", "logit_bias", multiple=True, metavar="ID(+/-)BIAS",
                      help="Add BIAS to token ID's logit, as llama.cpp's: 15043+1, 15043-1, 15043-inf "
                           "(never). Repeatable."),
-        click.option("--dry-multiplier", type=float, default=_SAMPLING.dry_multiplier, show_default=True,
-                     help="DRY: penalize tokens that extend a repeat (0 turns it off; 0.8 is usual)."),
-        click.option("--dry-base", type=float, default=_SAMPLING.dry_base, show_default=True,
-                     help="DRY: the penalty grows by this factor per repeated token."),
-        click.option("--dry-allowed-length", type=int, default=_SAMPLING.dry_allowed_length, show_default=True,
-                     help="DRY: repeats up to this long go unpenalized."),
-        click.option("--dry-penalty-last-n", type=int, default=_SAMPLING.dry_penalty_last_n, show_default=True,
-                     help="DRY: how many last tokens it looks at (-1: all, 0: off)."),
+        _sampling_flag("dry_multiplier", "DRY: penalize tokens that extend a repeat (0 turns it off; 0.8 is usual)."),
+        _sampling_flag("dry_base", "DRY: the penalty grows by this factor per repeated token."),
+        _sampling_flag("dry_allowed_length", "DRY: repeats up to this long go unpenalized."),
+        _sampling_flag("dry_penalty_last_n", "DRY: how many last tokens it looks at (-1: all, 0: off)."),
         click.option("--dry-sequence-breaker", "dry_breakers", multiple=True, metavar="TEXT",
                      help="DRY: a text that ends repeats (repeatable; replaces the defaults \\n : \" *; "
                           "'none': no breakers)."),
