@@ -263,3 +263,11 @@ def test_a_servers_default_template_variables(zoo):
         on = _chat(server, grammar='root ::= "Blue."', chat_template_kwargs={"enable_thinking": True})
     assert off["usage"]["prompt_tokens"] > on["usage"]["prompt_tokens"]
     assert off["choices"][0]["message"] == {"role": "assistant", "content": "Blue."}
+
+
+def test_the_chat_fields_are_refused_on_text_endpoints(thinker):
+    for path, body in (("/v1/completions", {"prompt": "Hi"}), ("/completion", {"prompt": "Hi"})):
+        for field, value in (("chat_template_kwargs", {"enable_thinking": False}), ("reasoning_effort", "low"),
+                             ("reasoning_format", "auto")):
+            status, _, err = request(thinker, "POST", path, body | {field: value})
+            assert status == 400 and err["error"]["param"] == field, (path, field)

@@ -66,6 +66,9 @@ _HONOURED = {"model", "stream", "stream_options", "n", "stop", "speculative", "l
              "logprobs", "top_logprobs", "n_probs", "n_indent", "t_max_predict_ms", "t_max_prompt_ms", "logit_bias",
              "reasoning_format", "chat_template_kwargs", "reasoning_effort", *SAMPLING}
 
+# Fields about the chat template and a thinking model's reasoning: chat requests only (a text
+# endpoint's answer is its raw text: reasoning_format "none" there).
+_CHAT_ONLY = ("chat_template_kwargs", "reasoning_effort", "reasoning_format")
 # OpenAI's reasoning efforts: the template's reasoning_effort (gpt-oss reads it); "none" turns
 # thinking off (enable_thinking, which Qwen's templates read).
 _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -159,6 +162,11 @@ def check_request(body: dict, kind: str) -> None:
         if key in body and not _neutral(body[key], neutral):
             raise ApiError(400, f"{key} is not supported by localspec serve (only its off value, "
                                 f"{neutral[1]!r})", param=key)
+    if kind != "chat":
+        for key in _CHAT_ONLY:
+            if body.get(key) is not None and not (key == "reasoning_format" and body[key] == "none"):
+                raise ApiError(400, f"{key} is for chat requests (the chat template); this endpoint takes text",
+                               param=key)
     if not isinstance(body.get("stream", False), (bool, type(None))):
         raise ApiError(400, "stream must be true or false", param="stream")
     opts = body.get("stream_options")
