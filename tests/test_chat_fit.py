@@ -136,3 +136,35 @@ def test_ollamas_chat_leaves_out_old_turns_where_openais_refuses(qwen_small):
     _, _, chat = request(qwen_small, "POST", "/v1/chat/completions", {
         "messages": kept, "temperature": 0, "max_tokens": 8, "cache_prompt": False})
     assert whole["message"]["content"] == chat["choices"][0]["message"]["content"]
+
+
+# -- saved chats ----------------------------------------------------------------------------
+
+def test_a_chat_saved_and_loaded_again(tmp_path):
+    from localspec.chat.transcript import load_transcript, save_transcript
+    from localspec.errors import BadInput
+
+    msgs = [{"role": "user", "content": "Is 91 prime?"},
+            {"role": "assistant", "content": "No: 7 x 13.", "reasoning_content": "Try 7.\n"}]
+    j, m = save_transcript(tmp_path / "chats", "Be brief.", msgs, models="tiny + draft", settings={"top_k": 40},
+                           stem="one")
+    assert (j.name, m.name) == ("one.json", "one.md")
+    assert load_transcript(j) == ("Be brief.", msgs)
+    md = m.read_text()
+    assert "*System:* Be brief." in md and "**You:**" in md and "> Try 7." in md and "No: 7 x 13." in md
+    bad = tmp_path / "bad.json"
+    for text, match in (("{oops", "not a saved chat"), ('{"format": "other"}', "not a chat saved by localspec"),
+                        ('{"format": "localspec-chat/1", "messages": [{"role": "tool", "content": "x"}]}',
+                         "user and assistant")):
+        bad.write_text(text)
+        with pytest.raises(BadInput, match=match):
+            load_transcript(bad)
+    with pytest.raises(BadInput, match="no such file"):
+        load_transcript(tmp_path / "gone.json")
+
+
+def test_chat_resume_refuses_a_bad_file_before_anything_loads(tmp_path):
+    from conftest import run_cli
+    from test_cli import assert_one_line_error
+
+    assert_one_line_error(run_cli("chat", "--resume", str(tmp_path / "gone.json")), 2, "no such file")

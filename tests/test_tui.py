@@ -245,6 +245,43 @@ async def test_new_chat_copy_and_colours(tiny_target, tiny_draft):
 
 
 @run_async
+async def test_save_a_chat_and_resume_it(tiny_target, tiny_draft, tmp_path):
+    from localspec.chat.transcript import load_transcript
+
+    app = tiny_app(tiny_target, tiny_draft, max_tokens=10)
+    app.save_dir = tmp_path
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        await pilot.press("ctrl+s")
+        assert "nothing to save yet" in notifications(app)
+        await send(pilot, "Hello")
+        await wait_answer(pilot)
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        saved = sorted(tmp_path.glob("localspec-chat-*.json"))
+        assert len(saved) == 1 and saved[0].with_suffix(".md").exists()
+        assert any("--resume" in n for n in notifications(app))
+        messages = list(app.session.messages)
+    system, loaded = load_transcript(saved[0])
+    assert loaded == messages
+    again = tiny_app(tiny_target, tiny_draft, max_tokens=10)
+    again.session.messages = loaded
+    async with again.run_test(size=SIZE) as pilot:
+        await wait_ready(pilot)
+        screen = chat(again)
+        log = screen.query_one(ChatLog)
+        assert screen.query(MessageView).first().plain == messages[1]["content"]
+        assert "Resumed a chat of 2 messages" in str(log.query(".note-info").last().render())
+        prompt = screen.query_one("#prompt", Input)
+        prompt.focus()
+        await pilot.press("up")
+        assert prompt.value == "Hello"
+        await send(pilot, "And again")
+        await wait_answer(pilot)
+        assert [m["content"] for m in again.session.messages[::2]] == ["Hello", "And again"]
+
+
+@run_async
 async def test_regenerate_and_the_messages_sent_on_the_up_key(tiny_target, tiny_draft):
     app = tiny_app(tiny_target, tiny_draft, max_tokens=10, temperature=0.9, seed=None)
     async with app.run_test(size=SIZE) as pilot:

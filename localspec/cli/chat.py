@@ -95,7 +95,9 @@ def choose_models(target: str | None, opts: dict):
 @hardware_options()
 @cascade_option()
 @click.option("--save-dir", type=click.Path(file_okay=False), default=None,
-              help="Where the comparison screen saves its JSON and Markdown (default: here).")
+              help="Where chats (ctrl+s) and comparisons are saved as JSON and Markdown (default: here).")
+@click.option("--resume", metavar="FILE", default=None,
+              help="Go on with a chat saved with ctrl+s (its .json file).")
 def chat(target, model, **opts) -> None:
     """Chat with a model in the terminal, with live speculative-decoding gauges.
 
@@ -105,7 +107,7 @@ def chat(target, model, **opts) -> None:
 
     \b
     Keys: Enter send · Esc stop · ctrl+n new chat · ctrl+y copy answer · ctrl+r retry
-          up/down earlier messages · ctrl+t token colours
+          ctrl+s save chat · up/down earlier messages · ctrl+t token colours
           F2 settings · F3 models (pull, pairs) · F4 compare · ctrl+q quit
     \b
     Examples:
@@ -114,9 +116,17 @@ def chat(target, model, **opts) -> None:
       localspec chat -m target.gguf -d draft.gguf
       localspec chat model.gguf --ngram --temp 0
       localspec chat qwen3.6-27b.gguf --draft mtp
+      localspec chat qwen2.5-7b --resume localspec-chat-20261207-2300.json
     """
     if target and model and target != model:
         raise BadInput(f"two targets given ({target} and -m {model}): give one")
+    system, messages = opts["system"], []
+    if opts["resume"]:
+        from ..chat.transcript import load_transcript
+
+        saved_system, messages = load_transcript(opts["resume"])
+        system = system if system is not None else saved_system
+    variables = template_variables(opts)
     choice, drafter = choose_models(target or model, opts)
     tuned = None
     if drafter is DrafterKind.MODEL:
@@ -130,7 +140,8 @@ def chat(target, model, **opts) -> None:
     from ..chat.session import ChatSession
     from ..tui.app import LocalspecApp
 
-    session = ChatSession(choice, settings, system=opts["system"], variables=template_variables(opts))
+    session = ChatSession(choice, settings, system=system, variables=variables)
+    session.messages = messages
     app = LocalspecApp(session, save_dir=opts["save_dir"])
     app.run()
     if app.return_code:

@@ -13,6 +13,7 @@ from textual.widgets import Footer, Header, Input, Static
 
 from ...chat.live import LiveStats
 from ...chat.reasoning import ReasoningSplit
+from ...chat.transcript import save_transcript
 from ...engine.events import StopReason
 from ...errors import LocalspecError
 from ..compositor import install as install_compositor
@@ -34,6 +35,7 @@ class ChatScreen(Screen):
         Binding("ctrl+n", "new_chat", "New chat", priority=True),
         Binding("ctrl+y", "copy_answer", "Copy answer", priority=True),
         Binding("ctrl+r", "regenerate", "Retry", priority=True),
+        Binding("ctrl+s", "save_chat", "Save chat", show=False, priority=True),
         Binding("up", "recall(-1)", "Earlier message", show=False),
         Binding("down", "recall(1)", "Later message", show=False),
         Binding("ctrl+t", "toggle_colour", "Colours", priority=True),
@@ -77,6 +79,26 @@ class ChatScreen(Screen):
         self.refresh_system()
         self.query_one(GaugeColumn).show_stats(LiveStats(drafter=self.app.session.settings.drafter.value, phase="idle"))
         self.query_one("#prompt", Input).focus()
+        self.show_conversation()
+
+    def show_conversation(self) -> None:
+        """The conversation the session holds already (a resumed chat), as it was answered."""
+        log = self.query_one(ChatLog)
+        messages = self.app.session.messages
+        for i, msg in enumerate(messages):
+            if msg["role"] == "user":
+                self._sent.append(msg["content"])
+                view = log.add_turn(msg["content"], self.colour)
+                view.streaming = False
+                answer = messages[i + 1] if i + 1 < len(messages) and messages[i + 1]["role"] == "assistant" else None
+                if answer is not None:
+                    thought = answer.get("reasoning_content")
+                    view.append(([(thought, "thinking"), ("\n\n", "gap")] if thought else [])
+                                + [(answer["content"], "text")])
+        self._recall = len(self._sent)
+        if messages:
+            log.add_note(f"Resumed a chat of {len(messages)} messages.", "info")
+            log.call_after_refresh(log.scroll_end, animate=False)
 
     # -- state shown ------------------------------------------------------------------
     def tick(self) -> None:
@@ -319,6 +341,24 @@ class ChatScreen(Screen):
             if found:
                 found.last().remove()
         self.send(text)
+
+    def action_save_chat(self) -> None:
+        """Save the conversation (JSON to resume it with ``localspec chat --resume``, and
+        Markdown) into the save folder."""
+        session = self.app.session
+        if not session.messages:
+            self.notify("nothing to save yet", severity="warning")
+            return
+        summary = session.summary
+        models = session.choice.label() if summary is None else summary.target.name + (
+            f" + {summary.draft.name}" if summary.draft else "")
+        try:
+            j, _ = save_transcript(self.app.save_dir, session.system, session.messages, models=models,
+                                   settings=session.settings.to_dict())
+        except OSError as exc:
+            self.notify(f"could not save the chat: {exc}", severity="error")
+            return
+        self.notify(f"saved {j} (and .md); resume it with: localspec chat --resume {j}", timeout=8)
 
     def action_recall(self, step: int) -> None:
         """The up and down keys in the prompt: earlier and later messages sent, as a shell's
