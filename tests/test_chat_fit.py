@@ -1,7 +1,8 @@
 """A chat that outgrows the context keeps going: its oldest turns are left out of the prompt
 (system messages never), room is kept for the answer, turns are cut at a user message; in the
 chat core (the transcript keeps everything) and on Ollama's /api/chat, with the real model's
-template, as Ollama does; OpenAI's route still refuses a prompt the context cannot hold."""
+template, as Ollama does; OpenAI's route still refuses a prompt the context cannot hold. And
+a chat saved as JSON and Markdown, loaded again (bad files refused in one line)."""
 
 from __future__ import annotations
 

@@ -76,6 +76,8 @@ def test_ollamas_thinking_lines_whole_and_streamed():
     assert ollama_api.chat_request({"messages": [], "think": False})["chat_template_kwargs"] == {
         "enable_thinking": False}
     assert "chat_template_kwargs" not in ollama_api.generate_request({"prompt": "x", "raw": True, "think": False})[1]
+    assert ollama_api.chat_request({"messages": [], "think": "high"})["reasoning_effort"] == "high"
+    assert "reasoning_effort" not in ollama_api.generate_request({"prompt": "x", "raw": True, "think": "low"})[1]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ Options that set up a model (``num_ctx``, ``num_gpu``, ``num_thread``, ...) and
 ``keep_alive`` are taken without effect: the server's flags set them once. Images,
 ``template`` and the old ``context`` are refused with a 400 naming them. A thinking model's
 reasoning comes apart from the reply, in ``thinking``; ``think: false`` turns thinking off
-through the chat template (``enable_thinking``). A request
+through the chat template (``enable_thinking``), a level (``high``, ...) reaches it as
+``reasoning_effort``. A request
 with no prompt (or no messages) is Ollama's way to load a model: answered at once,
 ``done_reason: "load"``.
 """
@@ -44,7 +45,7 @@ _OPTIONS = {"temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "m
 # Options that set up the model: the server's flags set them once.
 _LOAD_OPTIONS = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "num_keep", "use_mmap", "use_mlock",
                  "numa", "low_vram", "vocab_only", "f16_kv", "penalize_newline"}
-# think: true, false, or an effort (gpt-oss's levels; a model that thinks does so at its own).
+# think: true, false, or an effort (gpt-oss's levels, given to the template as reasoning_effort).
 _EFFORT = ("high", "medium", "low")
 _COMMON = {"model", "format", "options", "stream", "keep_alive", "think", "speculative", "localspec", "cache_prompt"}
 _CHAT = _COMMON | {"messages", "tools"}
@@ -72,6 +73,8 @@ def _common(body: dict, known: set[str], where: str) -> dict:
     out: dict = {"stream": body.get("stream", True)}      # (Ollama streams unless told not to)
     if think is False:                                     # (the template's switch; Qwen3's and others')
         out["chat_template_kwargs"] = {"enable_thinking": False}
+    elif isinstance(think, str):                           # (a level: the template's reasoning_effort)
+        out["reasoning_effort"] = think
     for key in ("model", "speculative", "localspec", "cache_prompt"):
         if body.get(key) is not None:
             out[key] = body[key]
@@ -146,6 +149,7 @@ def generate_request(body: dict) -> tuple[str, dict]:
         if body.get("system"):
             raise _bad("a raw or fill-in-the-middle prompt takes no system text", "system")
         out.pop("chat_template_kwargs", None)
+        out.pop("reasoning_effort", None)
         return "completions", out | {"prompt": prompt} | ({"suffix": suffix} if suffix else {})
     system = body.get("system")
     msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
