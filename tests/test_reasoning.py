@@ -273,3 +273,18 @@ def test_the_chat_fields_are_refused_on_text_endpoints(thinker):
                              ("reasoning_format", "auto")):
             status, _, err = request(thinker, "POST", path, body | {field: value})
             assert status == 400 and err["error"]["param"] == field, (path, field)
+
+
+def test_earlier_reasoning_reaches_the_template():
+    """``reasoning_content`` of an assistant message (Ollama's ``thinking``) goes to the chat
+    template, which decides what the model sees of it."""
+    from localspec.server.tools import chat_messages
+
+    msgs = chat_messages({"messages": [{"role": "user", "content": "Hi"},
+                                       {"role": "assistant", "content": "Hello.", "reasoning_content": "greet"}]})
+    assert msgs[1] == {"role": "assistant", "content": "Hello.", "reasoning_content": "greet"}
+    shows = ("{% for m in messages %}{{ m.role }}:{% if m.reasoning_content %}[{{ m.reasoning_content }}]"
+             "{% endif %}{{ m.content }}|{% endfor %}")
+    assert render_chat(shows, msgs, add_generation_prompt=False) == "user:Hi|assistant:[greet]Hello.|"
+    assert ollama_api.chat_request({"messages": [{"role": "assistant", "content": "x", "thinking": "t"}]})[
+        "messages"] == [{"role": "assistant", "content": "x", "reasoning_content": "t"}]

@@ -36,7 +36,7 @@ def test_chat_and_generate_become_the_chat_and_completion_requests():
     chat = ollama_api.chat_request(body)
     assert chat["messages"] == [
         {"role": "user", "content": "Weather in Oslo?"},
-        {"role": "assistant", "content": "",
+        {"role": "assistant", "content": "", "reasoning_content": "hmm",
          "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
         {"role": "tool", "content": "rain", "name": "get_weather"}]
     assert (chat["temperature"], chat["top_k"], chat["max_tokens"], chat["stop"], chat["seed"]) == (0.2, 20, 64,

@@ -119,7 +119,9 @@ def chat_request(body: dict) -> dict:
             raise _bad("must be an object", f"messages[{i}]")
         if m.get("images"):
             raise _bad("images are not supported here", f"messages[{i}].images")
-        msg = {k: v for k, v in m.items() if k in ("role", "content", "tool_calls")}   # (not an earlier thinking)
+        msg = {k: v for k, v in m.items() if k in ("role", "content", "tool_calls")}
+        if m.get("thinking"):               # (an earlier answer's reasoning: the template decides)
+            msg["reasoning_content"] = m["thinking"]
         if m.get("tool_name") is not None:
             msg["name"] = m["tool_name"]
         out["messages"].append(msg)

@@ -232,7 +232,8 @@ def _choice(choice: object, tools: list[dict]) -> str:
 
 def chat_messages(body: dict) -> list[dict]:
     """The chat messages as a chat template wants them: role and text content, an assistant's
-    ``tool_calls`` (arguments as objects) and a tool result's ``tool_call_id`` and ``name``.
+    ``tool_calls`` (arguments as objects) and ``reasoning_content`` (a thinking model's earlier
+    reasoning), a tool result's ``tool_call_id`` and ``name``.
 
     Raises:
         ApiError: 400 for a message of the wrong shape.
@@ -247,7 +248,7 @@ def chat_messages(body: dict) -> list[dict]:
         msg = {"role": m["role"], "content": _text(m.get("content"), i)}
         if m.get("tool_calls") is not None:
             msg["tool_calls"] = _calls_in(m["tool_calls"], i)
-        for key in ("tool_call_id", "name"):
+        for key in ("tool_call_id", "name", "reasoning_content"):
             if m.get(key) is not None:
                 if not isinstance(m[key], str):
                     raise ApiError(400, f"messages[{i}].{key} must be a string", param=f"messages[{i}].{key}")
