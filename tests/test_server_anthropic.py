@@ -56,7 +56,7 @@ def test_a_conversation_with_tool_use_becomes_the_chat_request():
     assert chat["messages"] == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather in Oslo?"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": [
+        {"role": "assistant", "content": "Checking.", "reasoning_content": "...", "tool_calls": [
             {"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}]},
         {"role": "tool", "tool_call_id": "toolu_1", "content": "rain"},
         {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: no such city"},

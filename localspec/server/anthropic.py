@@ -9,7 +9,8 @@ blocks tool messages; ``tools`` (``input_schema``) and ``tool_choice`` (auto, an
 none) the chat request's; ``stop_sequences`` the stop strings; ``max_tokens`` is required,
 as Anthropic's API requires it. A thinking model's reasoning comes as a ``thinking`` block
 (with an empty signature); ``thinking: {"type": "disabled"}`` turns thinking off through the
-chat template. Earlier ``thinking`` blocks are left out (templates drop them too). Images,
+chat template. Earlier ``thinking`` blocks reach the template as ``reasoning_content`` (which
+decides what the model sees of them). Images,
 documents, server tools and extended thinking with a budget (``enabled``) are refused with a
 400 that names them. Errors are Anthropic's shape: ``{"type": "error", "error": {"type", "message"}}``.
 """
@@ -161,7 +162,7 @@ def _messages(messages: object) -> list[dict]:
             continue
         if not isinstance(content, list):
             raise _bad("must be a string or a list of content blocks", f"{where}.content")
-        texts, calls = [], []
+        texts, calls, thoughts = [], [], []
         for j, block in enumerate(content):
             at = f"{where}.content[{j}]"
             kind = block.get("type") if isinstance(block, dict) else None
@@ -176,7 +177,8 @@ def _messages(messages: object) -> list[dict]:
                 out.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id") or ""),
                             "content": _result_text(block, at)})
             elif kind in ("thinking", "redacted_thinking") and m["role"] == "assistant":
-                continue
+                if isinstance(block.get("thinking"), str):      # (for the template: it decides)
+                    thoughts.append(block["thinking"])
             elif kind in ("image", "document", "search_result"):
                 raise _bad(f"{kind} blocks are not supported here (text, tool_use and tool_result are)", at)
             else:
@@ -185,6 +187,8 @@ def _messages(messages: object) -> list[dict]:
             msg = {"role": m["role"], "content": "".join(texts)}
             if calls:
                 msg["tool_calls"] = calls
+            if thoughts:
+                msg["reasoning_content"] = "".join(thoughts)
             out.append(msg)
     return out
 
