@@ -373,16 +373,18 @@ class Model(NativeHandle):
     def piece(self, token: int) -> bytes:
         """The bytes a token renders to (control tokens render as nothing)."""
         cached = self._pieces.get(token)
-        if cached is not None:
-            return cached
+        if cached is None:
+            cached = self._pieces[token] = self._rendered(token, special=False)
+        return cached
+
+    def _rendered(self, token: int, special: bool) -> bytes:
+        """llama.cpp's bytes for a token (``special``: control tokens shown as their text)."""
         buf = ctypes.create_string_buffer(64)
-        n = ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+        n = ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
-            n = ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
-        out = buf.raw[:max(n, 0)]
-        self._pieces[token] = out
-        return out
+            n = ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        return buf.raw[:max(n, 0)]
 
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
@@ -391,17 +393,7 @@ class Model(NativeHandle):
         """Every token's bytes as llama.cpp detokenizes it with special tokens shown (what its
         DRY sampler matches sequence breakers against); read once (the whole vocabulary)."""
         if self._texts is None:
-            buf = ctypes.create_string_buffer(256)
-            out = []
-            for token in range(self.n_vocab):
-                n = ll.llama_token_to_piece(self.vocab, token, buf, 256, 0, True)
-                if n < 0:
-                    big = ctypes.create_string_buffer(-n)
-                    n = ll.llama_token_to_piece(self.vocab, token, big, -n, 0, True)
-                    out.append(big.raw[:max(n, 0)])
-                else:
-                    out.append(buf.raw[:n])
-            self._texts = out
+            self._texts = [self._rendered(token, special=True) for token in range(self.n_vocab)]
         return self._texts
 
     def token_text(self, token: int) -> str:

@@ -42,7 +42,7 @@ def penalize(row: np.ndarray, window: list[int], cfg: SamplingConfig,
     for token, bias in cfg.logit_bias:
         if token < n:
             out[token] += bias
-    if window and cfg.repeat_last_n != 0:
+    if window and cfg.repeats:
         ids, counts = np.unique(np.asarray(window, dtype=np.int64), return_counts=True)
         inside = ids < n
         ids, counts = ids[inside], counts[inside]
@@ -85,8 +85,8 @@ class _Rows:
         row = self._done.get(j)
         if row is None:
             cfg, at = self.cfg, j + self.offset
-            row = self._done[j] = penalize(self.raw[j], window(self.history, self.drafts, at, cfg.repeat_last_n),
-                                           cfg, self._dry_window(at) if cfg.dry else None)
+            repeats = window(self.history, self.drafts, at, cfg.repeat_last_n) if cfg.repeats else []
+            row = self._done[j] = penalize(self.raw[j], repeats, cfg, self._dry_window(at) if cfg.dry else None)
         return row[cut]
 
     def _dry_window(self, at: int) -> np.ndarray:

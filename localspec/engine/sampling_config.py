@@ -64,10 +64,15 @@ class SamplingConfig:
         return self.dry_multiplier != 0.0 and self.dry_base >= 1.0 and self.dry_penalty_last_n != 0
 
     @property
+    def repeats(self) -> bool:
+        """Whether the repetition penalties are on (a window and a penalty that changes something)."""
+        return self.repeat_last_n != 0 and (
+            self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0)
+
+    @property
     def penalized(self) -> bool:
         """Whether a logit bias, a penalty or DRY changes the target's rows (they are then read whole)."""
-        return bool(self.logit_bias) or self.dry or (self.repeat_last_n != 0 and (
-            self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0))
+        return bool(self.logit_bias) or self.dry or self.repeats
 
     def for_draft(self) -> SamplingConfig:
         """The settings the draft samples with (its own temperature, if one is set)."""
